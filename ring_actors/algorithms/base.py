@@ -1,0 +1,109 @@
+"""The one interface every learning method implements; pure PyTorch, no Ray."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+
+from ring_actors.data.images import LabelledImages
+from ring_actors.protocol import Payload
+
+
+@dataclass(frozen=True)
+class AlgorithmOptions:
+    """Hyperparameters every method shares; methods subclass this with their own keys."""
+
+    lr: float = 1e-3
+    backbone: Literal["cnn", "resnet18"] = "cnn"
+    optimizer: Literal["adam", "sgd"] = "adam"
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"lr: must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum: must be in [0, 1), got {self.momentum}")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a client's algorithm needs to know about its task and hardware."""
+
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    local_epochs: int
+    batch_size: int
+    device: torch.device
+    seed: int
+    shared_seed: int
+
+
+class Algorithm(ABC):
+    """A federated method as seen by one client.
+
+    The runtime calls, each round: ``merge`` with what arrived, ``train_round``, ``evaluate``
+    every few rounds, then ships ``shared_state()`` to the topology's out-neighbours. A late
+    joiner is initialised once with ``init_from``. Nothing here knows about Ray, so methods are
+    unit-testable on their own.
+    """
+
+    Options: ClassVar[type[AlgorithmOptions]] = AlgorithmOptions
+
+    def __init__(self, options: AlgorithmOptions, task: TaskSpec) -> None:
+        self.options = options
+        self.task = task
+        self.device = task.device
+
+    @abstractmethod
+    def shared_state(self) -> dict[str, torch.Tensor]:
+        """Tensors that leave this client; an empty dict means nothing is sent."""
+
+    @abstractmethod
+    def merge(self, received: list[Payload]) -> None:
+        """Combine payloads from in-neighbours into the local state."""
+
+    @abstractmethod
+    def train_round(self, data: LabelledImages) -> dict[str, float]:
+        """Run the round's local epochs on ``data``; return mean losses by name."""
+
+    @abstractmethod
+    def predict(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Logits of every prediction path, keyed by metric name; ``acc`` is the primary one."""
+
+    def set_shared(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Overwrite the shared part with ``tensors`` (a newcomer copies what it is handed)."""
+        state = self.shared_state()
+        missing = set(state) - set(tensors)
+        if missing:
+            raise KeyError(f"received state lacks {sorted(missing)}")
+        with torch.no_grad():
+            for name, value in state.items():
+                value.copy_(tensors[name].to(value.device))
+
+    def init_from(self, received: Payload) -> None:
+        """A late joiner's first state: the shared part copied, the private part left fresh."""
+        self.set_shared(received.tensors)
+
+    @torch.no_grad()
+    def evaluate(self, data: LabelledImages) -> dict[str, float]:
+        """Accuracy of every prediction path on ``data``."""
+        correct: dict[str, int] = {}
+        for x, y in data.batches(max(256, self.task.batch_size), shuffle=False):
+            for name, logits in self.predict(x).items():
+                correct[name] = correct.get(name, 0) + int((logits.argmax(1) == y).sum())
+        return {name: hits / max(1, len(data)) for name, hits in correct.items()}
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        """The configured optimizer over ``params``."""
+        opts = self.options
+        if opts.optimizer == "sgd":
+            return torch.optim.SGD(
+                params, lr=opts.lr, momentum=opts.momentum, weight_decay=opts.weight_decay
+            )
+        return torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)

@@ -1,0 +1,305 @@
+"""Typed experiment config: a YAML file plus dotted overrides, validated before any actor starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ring_actors.algorithms import ALGORITHMS, AlgorithmOptions
+from ring_actors.algorithms.drdfl import DRDFLOptions
+from ring_actors.data.sources import DATASETS
+
+
+class ConfigError(ValueError):
+    """A config key is unknown or its value is not allowed."""
+
+
+def _check(ok: bool, key: str, allowed: str, value: Any = ...) -> None:
+    if not ok:
+        got = "" if value is ... else f", got {value!r}"
+        raise ConfigError(f"{key}: must be {allowed}{got}")
+
+
+@dataclass(frozen=True)
+class ExperimentSection:
+    name: str = "quickstart"
+    seed: int = 0
+    rounds: int = 10
+
+    def __post_init__(self) -> None:
+        _check(self.rounds >= 1, "experiment.rounds", "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class PartitionSection:
+    kind: Literal["iid", "dirichlet", "shard"] = "shard"
+    beta: float = 0.5
+    classes_per_client: int = 2
+    min_size: int = 10
+
+    def __post_init__(self) -> None:
+        _check(self.beta > 0, "data.partition.beta", "a number > 0")
+        _check(self.classes_per_client >= 1, "data.partition.classes_per_client", "an int >= 1")
+        _check(self.min_size >= 0, "data.partition.min_size", "an int >= 0")
+
+
+@dataclass(frozen=True)
+class DataSection:
+    dataset: str = "fashion-mnist"
+    root: str | None = None
+    download: bool = True
+    # Caps each client's training set: small, fast runs for tests and smoke checks.
+    max_train_per_client: int | None = None
+    partition: PartitionSection = field(default_factory=PartitionSection)
+
+    def __post_init__(self) -> None:
+        _check(
+            self.dataset in DATASETS, "data.dataset", f"one of {', '.join(DATASETS)}", self.dataset
+        )
+        cap = self.max_train_per_client
+        _check(cap is None or cap >= 1, "data.max_train_per_client", "null or an int >= 1")
+
+
+@dataclass(frozen=True)
+class ClientsSection:
+    count: int = 8
+    num_cpus: float = 0.25
+    num_gpus: float = 0.0
+    local_epochs: int = 1
+    batch_size: int = 64
+    placement: Literal["spread", "pack"] = "spread"
+
+    def __post_init__(self) -> None:
+        _check(self.count >= 2, "clients.count", "an int >= 2 (a ring needs two clients)")
+        _check(self.num_cpus > 0, "clients.num_cpus", "a number > 0 (fractions allowed)")
+        _check(0 <= self.num_gpus <= 1, "clients.num_gpus", "a fraction in [0, 1]")
+        _check(self.local_epochs >= 1, "clients.local_epochs", "an int >= 1")
+        _check(self.batch_size >= 1, "clients.batch_size", "an int >= 1")
+
+
+@dataclass(frozen=True)
+class AlgorithmSection:
+    """``name`` picks the method; every other key is one of that method's options."""
+
+    name: str = "drdfl"
+    options: AlgorithmOptions = field(default_factory=DRDFLOptions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **dataclasses.asdict(self.options)}
+
+
+@dataclass(frozen=True)
+class TopologySection:
+    kind: Literal["ring"] = "ring"
+
+
+@dataclass(frozen=True)
+class ScheduleSection:
+    mode: Literal["sync", "async"] = "sync"
+    hop_timeout_s: float = 30.0
+    max_staleness: int = 2
+    heartbeat_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.hop_timeout_s > 0, "schedule.hop_timeout_s", "a number > 0")
+        _check(self.max_staleness >= 0, "schedule.max_staleness", "an int >= 0")
+        _check(self.heartbeat_s > 0, "schedule.heartbeat_s", "a number > 0")
+
+
+@dataclass(frozen=True)
+class EvalSection:
+    every: int = 1
+    # Global-T on a fixed seeded subset of the union of test splits (null: the whole union):
+    # every client evaluates the global set, so on small machines it dominates a round.
+    global_max_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 1, "eval.every", "an int >= 1", self.every)
+        cap = self.global_max_samples
+        _check(cap is None or cap >= 1, "eval.global_max_samples", "null or an int >= 1", cap)
+
+
+@dataclass(frozen=True)
+class TrackingSection:
+    uri: str | None = None
+    experiment: str | None = None
+
+
+@dataclass(frozen=True)
+class RaySection:
+    address: str | None = None
+
+
+@dataclass(frozen=True)
+class FaultSection:
+    """One fault-plan entry: at a round, make some clients slow by ``delay_s`` per round."""
+
+    at_round: int
+    slow: tuple[int, ...] = ()
+    delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.at_round >= 0, "faults[].at_round", "an int >= 0")
+        _check(len(self.slow) > 0, "faults[].slow", "a non-empty list of client ids")
+        _check(self.delay_s > 0, "faults[].delay_s", "a number > 0")
+
+
+@dataclass(frozen=True)
+class Config:
+    experiment: ExperimentSection = field(default_factory=ExperimentSection)
+    data: DataSection = field(default_factory=DataSection)
+    clients: ClientsSection = field(default_factory=ClientsSection)
+    algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
+    topology: TopologySection = field(default_factory=TopologySection)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    tracking: TrackingSection = field(default_factory=TrackingSection)
+    ray: RaySection = field(default_factory=RaySection)
+    faults: tuple[FaultSection, ...] = ()
+
+    def __post_init__(self) -> None:
+        for entry in self.faults:
+            bad = [c for c in entry.slow if not 0 <= c < self.clients.count]
+            _check(not bad, "faults[].slow", f"client ids in [0, {self.clients.count})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict, as written to ``config.yaml`` and logged as MLflow params."""
+        out = dataclasses.asdict(self)
+        out["algorithm"] = self.algorithm.to_dict()
+        out["faults"] = [
+            {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(f).items()}
+            for f in self.faults
+        ]
+        return out
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin is tuple:
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """``value`` as type ``tp``, or a ConfigError naming ``key`` and what is allowed."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        _check(value in typing.get_args(tp), key, _describe(tp), value)
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _coerce(value, option, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key}: must be {_describe(tp)}, got {value!r}")
+    if tp is type(None):
+        _check(value is None, key, "null")
+        return None
+    if origin is tuple:
+        _check(
+            isinstance(value, Sequence) and not isinstance(value, str), key, _describe(tp), value
+        )
+        item = typing.get_args(tp)[0]
+        return tuple(_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(tp):
+        _check(isinstance(value, Mapping), key, "a mapping of keys", value)
+        return _build(tp, value, key)
+    if tp is bool:
+        _check(isinstance(value, bool), key, "true or false", value)
+        return value
+    if tp is int:
+        _check(isinstance(value, int) and not isinstance(value, bool), key, "an integer", value)
+        return value
+    if tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        _check(ok, key, "a number", value)
+        return float(value)
+    if tp is str:
+        _check(isinstance(value, str), key, "a string", value)
+        return value
+    raise ConfigError(f"{key}: unsupported type {tp!r}")
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        where = f"{prefix}." if prefix else ""
+        raise ConfigError(f"unknown key {where}{unknown[0]}; allowed keys here: {', '.join(names)}")
+    kwargs = {}
+    for name in names:
+        if name in data:
+            key = f"{prefix}.{name}" if prefix else name
+            kwargs[name] = _coerce(data[name], hints[name], key)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{prefix}.{err}" if prefix else str(err)) from err
+
+
+def _build_algorithm(data: Mapping[str, Any]) -> AlgorithmSection:
+    _check(isinstance(data, Mapping), "algorithm", "a mapping of keys")
+    name = data.get("name", AlgorithmSection.name)
+    _check(name in ALGORITHMS, "algorithm.name", f"one of {', '.join(ALGORITHMS)}", name)
+    options_cls = ALGORITHMS[name].Options
+    rest = {k: v for k, v in data.items() if k != "name"}
+    return AlgorithmSection(name=name, options=_build(options_cls, rest, "algorithm"))
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Config:
+    """Validate a nested mapping into a :class:`Config`."""
+    data = dict(data or {})
+    algorithm = _build_algorithm(data.pop("algorithm", {}) or {})
+    config = _build(Config, data, "")
+    return dataclasses.replace(config, algorithm=algorithm)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` into its path and a YAML-typed value (``3`` int, ``null`` None, ...)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {text!r}: expected dotted.key=value")
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of ``data`` with each ``dotted.key=value`` set."""
+    merged = yaml.safe_load(yaml.safe_dump(data)) or {}
+    for text in overrides:
+        path, value = parse_override(text)
+        node = merged
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            _check(isinstance(child, dict), ".".join(path), "a key inside a mapping")
+            node = child
+        node[path[-1]] = value
+    return merged
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Read ``path`` (YAML; none means defaults), apply overrides, and validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        with open(path) as handle:
+            data = yaml.safe_load(handle) or {}
+        _check(isinstance(data, dict), str(path), "a YAML mapping at the top level")
+    return config_from_dict(apply_overrides(data, overrides))

@@ -1,0 +1,299 @@
+"""Coordinator actor: membership, failure detection by reconcile loop, metrics and MLflow sink.
+
+It is off the data path: clients talk to each other directly and only report to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from ring_actors.config import Config
+from ring_actors.membership import MembershipTable, MemberState
+from ring_actors.tracking import Tracker, flatten, write_outputs
+from topologies import build_topology
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    """One writer of membership and tracking state.
+
+    RPCs only record facts and return; a background reconcile loop probes health, bypasses
+    dead members (bumping the epoch and pushing new views) and flushes metrics in batches.
+    """
+
+    def __init__(self, config: Config, output_dir: str, tracking_uri: str) -> None:
+        self.config = config
+        self.output_dir = Path(output_dir)
+        self.table = MembershipTable(build_topology(config.topology.kind))
+        self.handles: dict[int, ray.actor.ActorHandle] = {}
+        self.lock = threading.RLock()
+        self.started_at = time.monotonic()
+        self.rows: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.by_round: dict[int, dict[int, dict[str, float]]] = defaultdict(dict)
+        self.rounds_logged: set[int] = set()
+        self.done: dict[int, dict[str, int]] = {}
+        self.probes: dict[int, tuple[ray.ObjectRef, float]] = {}
+        self.next_probe: dict[int, float] = {}
+        self.suspects: set[int] = set()
+        self.broadcast_epoch = -1
+
+        name = config.tracking.experiment or config.experiment.name
+        self.tracker = Tracker(tracking_uri, name, run_name=self.output_dir.name)
+        self.tracker.log_params(flatten(config.to_dict()))
+        self.tracker.set_tags(
+            {
+                "algorithm": config.algorithm.name,
+                "dataset": config.data.dataset,
+                "topology": config.topology.kind,
+                "mode": config.schedule.mode,
+                "output_dir": str(self.output_dir),
+            }
+        )
+        self.stopping = threading.Event()
+        self.loop = threading.Thread(target=self._control_loop, name="reconcile", daemon=True)
+        self.loop.start()
+
+    # ---- membership RPCs ----------------------------------------------------------------
+
+    def register(self, client_id: int, handle: ray.actor.ActorHandle, node_id: str) -> None:
+        with self.lock:
+            self.handles[client_id] = handle
+            self.table.add(client_id, node_id)
+
+    def start_clients(self) -> None:
+        """Push every member its first view, then start all round loops."""
+        with self.lock:
+            self.started_at = time.monotonic()
+            self._broadcast()
+            for client_id in self.table.live:
+                self.table.mark(client_id, MemberState.RUNNING)
+                self.handles[client_id].start.remote()
+            self.broadcast_epoch = self.table.epoch  # RUNNING does not change the live set
+
+    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
+        with self.lock:
+            self.table.seen(client_id, round_)
+            if client_id in self.by_round[round_]:
+                return  # idempotent under retries
+            self.by_round[round_][client_id] = metrics
+            now = time.monotonic() - self.started_at
+            self.tracker.add_metrics(
+                {f"client_{client_id}/{k}": v for k, v in metrics.items()}, round_
+            )
+            if any(k.startswith("local_") for k in metrics):
+                self.rows.append({"client": client_id, "round": round_, "time_s": now, **metrics})
+
+    def report_event(self, kind: str, client_id: int, round_: int, detail: str = "") -> None:
+        with self.lock:
+            self._event(kind, client_id, round_, detail)
+
+    def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
+        """A sender got no acknowledgement; the loop probes ``target`` before bypassing it."""
+        with self.lock:
+            self._event(
+                "unreachable",
+                target,
+                self.table.members[target].last_round,
+                f"reported by {reporter} at epoch {epoch}",
+            )
+            self.suspects.add(target)
+
+    def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None:
+        with self.lock:
+            self.done[client_id] = {"lost": lost, "hops": hops, "bytes_sent": bytes_sent}
+            self.table.mark(client_id, MemberState.DONE)
+
+    def progress(self) -> dict[str, Any]:
+        with self.lock:
+            live = self.table.live
+            rounds = [self.table.members[c].last_round + 1 for c in live]
+            return {
+                "epoch": self.table.epoch,
+                "live": len(live),
+                "done": sum(1 for c in live if c in self.done),
+                "rounds_done": sum(rounds),
+                "finished": bool(live) and all(c in self.done for c in live),
+            }
+
+    def ring_order(self) -> list[int]:
+        with self.lock:
+            return self.table.live
+
+    # ---- reconcile loop -----------------------------------------------------------------
+
+    def _control_loop(self) -> None:
+        while not self.stopping.is_set():
+            for step in (
+                self._settle_probes,
+                self._start_probes,
+                self._reconcile_views,
+                self._log_round_means,
+                self.tracker.flush,
+            ):
+                try:
+                    with self.lock:
+                        step()
+                except Exception:  # one failing step must not stop the loop
+                    log.exception("coordinator step %s failed", step.__name__)
+            self.stopping.wait(min(0.2, self.config.schedule.heartbeat_s))
+
+    def _settle_probes(self) -> None:
+        """STEP 1: a probe that raised means crashed; one unanswered past the timeout, hung."""
+        now = time.monotonic()
+        for client_id, (ref, sent_at) in list(self.probes.items()):
+            ready, _ = ray.wait([ref], timeout=0)
+            if ready:
+                del self.probes[client_id]
+                try:
+                    self.table.seen(client_id, ray.get(ref))
+                    self.suspects.discard(client_id)
+                except RayActorError as err:
+                    self._mark_dead(client_id, "crash", type(err).__name__)
+            elif now - sent_at > self.config.schedule.hop_timeout_s:
+                del self.probes[client_id]
+                self._mark_dead(client_id, "hang", "no heartbeat answer")
+
+    def _start_probes(self) -> None:
+        """STEP 2: at most one probe per member, on a jittered period; suspects at once."""
+        now = time.monotonic()
+        for client_id in self.table.live:
+            due = self.next_probe.get(client_id, 0.0) <= now or client_id in self.suspects
+            if client_id not in self.probes and due:
+                self.probes[client_id] = (self.handles[client_id].ping.remote(), now)
+                period = self.config.schedule.heartbeat_s * random.uniform(0.9, 1.1)
+                self.next_probe[client_id] = now + period
+
+    def _reconcile_views(self) -> None:
+        """STEP 3: broadcast new views only when the live set changed."""
+        if self.table.epoch != self.broadcast_epoch:
+            self._broadcast()
+            self.broadcast_epoch = self.table.epoch
+
+    def _log_round_means(self) -> None:
+        """STEP 4: client means of a round once every live member has reported it."""
+        live = set(self.table.live)
+        for round_ in sorted(self.by_round):
+            reports = self.by_round[round_]
+            if round_ in self.rounds_logged or not live <= set(reports):
+                continue
+            self.rounds_logged.add(round_)
+            self.tracker.add_metrics(_means(reports.values()), round_)
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _broadcast(self) -> None:
+        for client_id in self.table.live:
+            view = self.table.view(client_id)
+            handles = {s: self.handles[s] for s in view.successors}
+            self.handles[client_id].set_view.remote(view, handles)
+
+    def _mark_dead(self, client_id: int, cause: str, detail: str) -> None:
+        if self.table.mark(client_id, MemberState.DEAD):
+            self.suspects.discard(client_id)
+            round_ = self.table.members[client_id].last_round
+            self._event(cause, client_id, round_, detail)
+            self._event("bypass", client_id, round_, f"ring now {self.table.live}")
+
+    def _event(self, kind: str, client_id: int, round_: int, detail: str) -> None:
+        self.events.append(
+            {
+                "time_s": time.monotonic() - self.started_at,
+                "kind": kind,
+                "client": client_id,
+                "round": round_,
+                "epoch": self.table.epoch,
+                "detail": detail,
+            }
+        )
+
+    # ---- results ------------------------------------------------------------------------
+
+    def finalize(self, wall_s: float) -> dict[str, Any]:
+        """Write the output files, log them to MLflow, close the run; return the summary."""
+        self.stopping.set()
+        self.loop.join(timeout=5)
+        with self.lock:
+            self._log_round_means_all()
+            summary = self._summary(wall_s)
+            self.tracker.add_metrics(
+                {
+                    "final_local_acc": summary["local_acc"]["mean"],
+                    "final_global_acc": summary["global_acc"]["mean"],
+                },
+                summary["rounds_completed"],
+            )
+            write_outputs(self.output_dir, self.config.to_dict(), summary, self.rows, self.events)
+            self.tracker.log_artifacts(self.output_dir)
+            self.tracker.end()
+            return summary
+
+    def _log_round_means_all(self) -> None:
+        for round_, reports in sorted(self.by_round.items()):
+            if round_ not in self.rounds_logged:
+                self.rounds_logged.add(round_)
+                self.tracker.add_metrics(_means(reports.values()), round_)
+
+    def _summary(self, wall_s: float) -> dict[str, Any]:
+        last_eval: dict[int, dict[str, float]] = {}
+        for row in self.rows:  # rows arrive in round order per client; keep each one's latest
+            last_eval[row["client"]] = row
+        hops = sum(d["hops"] for d in self.done.values())
+        sent = sum(d["bytes_sent"] for d in self.done.values())
+        samples = sum(m.get("samples", 0.0) for r in self.by_round.values() for m in r.values())
+        kinds = [e["kind"] for e in self.events]
+        return {
+            "algorithm": self.config.algorithm.name,
+            "dataset": self.config.data.dataset,
+            "clients": len(self.table.members),
+            "rounds_completed": min(
+                (self.table.members[c].last_round + 1 for c in self.table.live), default=0
+            ),
+            "mode": self.config.schedule.mode,
+            "topology": self.config.topology.kind,
+            "local_acc": _stat(last_eval, "local_acc"),
+            "global_acc": _stat(last_eval, "global_acc"),
+            "bytes_per_hop": sent / hops if hops else 0.0,
+            "hops": hops,
+            "bytes_total": sent,
+            "events": {
+                "crashes": kinds.count("crash") + kinds.count("hang"),
+                "bypasses": kinds.count("bypass"),
+                "joins": kinds.count("join"),
+                "lost_payloads": sum(d["lost"] for d in self.done.values()),
+            },
+            "wall_s": wall_s,
+            "samples_per_s": samples / wall_s if wall_s > 0 else 0.0,
+            "ring_order": self.table.live,
+            "mlflow": {"tracking_uri": self.tracker.uri, "run_id": self.tracker.run_id},
+        }
+
+
+def _means(reports) -> dict[str, float]:
+    """Mean over clients of every metric, as ``<name>_mean``."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for metrics in reports:
+        for key, value in metrics.items():
+            values[key].append(value)
+    return {f"{k}_mean": statistics.fmean(v) for k, v in values.items()}
+
+
+def _stat(rows: dict[int, dict[str, float]], key: str) -> dict[str, Any]:
+    per_client = {str(c): row[key] for c, row in sorted(rows.items()) if key in row}
+    values = list(per_client.values())
+    return {
+        "mean": statistics.fmean(values) if values else 0.0,
+        "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+        "per_client": per_client,
+    }

@@ -1,0 +1,381 @@
+"""Load benchmark image datasets as uint8 arrays from local files, so runs work offline."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import pickle
+import tarfile
+import tempfile
+import warnings
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+DATASETS = ("mnist", "fashion-mnist", "cifar10", "cifar100", "svhn")
+
+# Bumped whenever the decoders change, so stale .npz caches are ignored.
+_CACHE_FORMAT = 1
+
+Splits = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class DatasetUnavailable(FileNotFoundError):
+    """The dataset's files are not under the data root and could not be downloaded."""
+
+
+@dataclass(frozen=True, eq=False)
+class DatasetArrays:
+    """A dataset's train and test splits: uint8 images (N, C, H, W) and int64 labels."""
+
+    name: str
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of one image."""
+        c, h, w = self.train_x.shape[1:]
+        return int(c), int(h), int(w)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """One way a dataset's files can lie under the root: all of ``files`` in ``folder``.
+
+    ``folder`` is relative to the root ("" is the root itself).
+    """
+
+    folder: str
+    files: tuple[str, ...]
+    read: Callable[[list[Path]], Splits]
+
+    def paths(self, root: Path) -> list[Path]:
+        return [root / self.folder / f for f in self.files]
+
+    def describe(self, root: Path) -> str:
+        return f"{root / self.folder}{os.sep}: {', '.join(self.files)}"
+
+
+@dataclass(frozen=True)
+class _Spec:
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    layouts: tuple[_Layout, ...]
+
+
+def _user_cache_dir() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) if xdg else Path.home() / ".cache"
+
+
+def _cache_base() -> Path:
+    """``$RING_ACTORS_CACHE``, else ``<user cache dir>/ring-actors``."""
+    override = os.environ.get("RING_ACTORS_CACHE")
+    return Path(override) if override else _user_cache_dir() / "ring-actors"
+
+
+def resolve_root(root: str | os.PathLike | None) -> Path:
+    """The data root: ``root`` if given, else ``$RING_ACTORS_DATA``, else the user cache dir."""
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get("RING_ACTORS_DATA")
+    if env:
+        return Path(env).expanduser()
+    return _user_cache_dir() / "ring-actors" / "data"
+
+
+# ---------------------------------------------------------------- decoders
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """An idx file (optionally gzip'd): big-endian header magic (0, 0, dtype, ndim), then dims."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+        raise ValueError(f"{path} is not a uint8 idx file")
+    ndim = data[3]
+    dims = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
+    offset = 4 + 4 * ndim
+    if len(data) - offset != int(np.prod(dims)):
+        raise ValueError(f"{path}: header says {dims} but holds {len(data) - offset} bytes")
+    return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
+
+
+def _read_idx_set(paths: list[Path]) -> Splits:
+    train_x, train_y, test_x, test_y = (_read_idx(p) for p in paths)
+    return train_x[:, None], train_y, test_x[:, None], test_y
+
+
+def _cifar_arrays(batches: Sequence[dict], label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
+    x = np.concatenate([np.asarray(b[b"data"], dtype=np.uint8) for b in batches])
+    y = np.concatenate([np.asarray(b[label_key]) for b in batches])
+    return x.reshape(-1, 3, 32, 32), y
+
+
+def _load_pickle(f: IO[bytes]) -> dict:
+    return pickle.load(f, encoding="bytes")
+
+
+def _read_cifar_dir(paths: list[Path], label_key: bytes) -> Splits:
+    """CIFAR pickles; the last path is the test batch, the others train batches in order."""
+    batches = []
+    for p in paths:
+        with open(p, "rb") as f:
+            batches.append(_load_pickle(f))
+    return (*_cifar_arrays(batches[:-1], label_key), *_cifar_arrays(batches[-1:], label_key))
+
+
+def _read_cifar_archive(
+    paths: list[Path], folder: str, train: tuple[str, ...], test: str, label_key: bytes
+) -> Splits:
+    """CIFAR pickles streamed from a .tar.gz/.tar.xz without extracting it to disk."""
+    wanted = {f"{folder}/{name}" for name in (*train, test)}
+    found: dict[str, dict] = {}
+    with tarfile.open(paths[0], "r:*") as tar:
+        for member in tar:
+            if member.isfile() and member.name in wanted:
+                found[member.name] = _load_pickle(tar.extractfile(member))
+    missing = sorted(wanted - found.keys())
+    if missing:
+        raise ValueError(f"{paths[0]} lacks {', '.join(missing)}")
+    return (
+        *_cifar_arrays([found[f"{folder}/{n}"] for n in train], label_key),
+        *_cifar_arrays([found[f"{folder}/{test}"]], label_key),
+    )
+
+
+def _read_svhn(paths: list[Path]) -> Splits:
+    """SVHN .mat files: X is (32, 32, 3, N), y is (N, 1) with label 10 for digit 0."""
+    from scipy.io import loadmat  # scipy is needed for SVHN only
+
+    out = []
+    for p in paths:
+        mat = loadmat(p)
+        x = np.ascontiguousarray(np.transpose(mat["X"], (3, 2, 0, 1)), dtype=np.uint8)
+        y = np.asarray(mat["y"]).reshape(-1).astype(np.int64)
+        out += [x, np.where(y == 10, 0, y)]
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- layouts
+
+
+def _idx_layouts(project: str, torchvision: str) -> tuple[_Layout, ...]:
+    names = (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    )
+    return tuple(
+        _Layout(folder, tuple(n + ext for n in names), _read_idx_set)
+        for folder in (project, torchvision)
+        for ext in ("", ".gz")
+    )
+
+
+def _cifar_layouts(
+    project: str,
+    folder: str,
+    archives: tuple[str, ...],
+    train: tuple[str, ...],
+    test: str,
+    label_key: bytes,
+) -> tuple[_Layout, ...]:
+    """Extracted pickle folder (project or torchvision place), then the archive in either place."""
+    read_dir = partial(_read_cifar_dir, label_key=label_key)
+    read_archive = partial(
+        _read_cifar_archive, folder=folder, train=train, test=test, label_key=label_key
+    )
+    return (
+        *(_Layout(d, (*train, test), read_dir) for d in (f"{project}/{folder}", folder)),
+        *(_Layout(d, (a,), read_archive) for d in (project, "") for a in archives),
+    )
+
+
+_SPECS: dict[str, _Spec] = {
+    "mnist": _Spec(10, (0.1307,), (0.3081,), _idx_layouts("mnist", "MNIST/raw")),
+    "fashion-mnist": _Spec(
+        10, (0.2860,), (0.3530,), _idx_layouts("fashion-mnist", "FashionMNIST/raw")
+    ),
+    "cifar10": _Spec(
+        10,
+        (0.4914, 0.4822, 0.4465),
+        (0.2470, 0.2435, 0.2616),
+        _cifar_layouts(
+            "cifar-10",
+            "cifar-10-batches-py",
+            ("cifar-10-python.tar.xz", "cifar-10-python.tar.gz"),
+            tuple(f"data_batch_{i}" for i in range(1, 6)),
+            "test_batch",
+            b"labels",
+        ),
+    ),
+    "cifar100": _Spec(
+        100,
+        (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762),
+        _cifar_layouts(
+            "cifar-100",
+            "cifar-100-python",
+            ("cifar-100-python.tar.gz", "cifar-100-python.tar.xz"),
+            ("train",),
+            "test",
+            b"fine_labels",
+        ),
+    ),
+    "svhn": _Spec(
+        10,
+        (0.4377, 0.4438, 0.4728),
+        (0.1980, 0.2010, 0.1970),
+        tuple(_Layout(d, ("train_32x32.mat", "test_32x32.mat"), _read_svhn) for d in ("svhn", "")),
+    ),
+}
+
+
+def _download(name: str, root: Path) -> None:
+    """Fetch the standard files into ``root`` with torchvision (needs a network)."""
+    from torchvision import datasets
+
+    cls = {
+        "mnist": datasets.MNIST,
+        "fashion-mnist": datasets.FashionMNIST,
+        "cifar10": datasets.CIFAR10,
+        "cifar100": datasets.CIFAR100,
+        "svhn": datasets.SVHN,
+    }[name]
+    for train in (True, False):
+        if name == "svhn":
+            cls(str(root), split="train" if train else "test", download=True)
+        else:
+            cls(str(root), train=train, download=True)
+
+
+# ---------------------------------------------------------------- npz cache
+
+
+def _cache_path(name: str, paths: list[Path]) -> Path:
+    """Cache file keyed by the dataset and each source file's path, size and mtime."""
+    key = hashlib.sha256(f"{_CACHE_FORMAT}|{name}".encode())
+    for p in paths:
+        st = p.stat()
+        key.update(f"|{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    return _cache_base() / "extracted" / f"{name}-{key.hexdigest()[:16]}.npz"
+
+
+_ARRAY_KEYS = ("train_x", "train_y", "test_x", "test_y")
+
+
+def _read_cache(path: Path) -> Splits | None:
+    try:
+        with np.load(path) as z:
+            return tuple(z[k] for k in _ARRAY_KEYS)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        warnings.warn(f"ignoring unreadable dataset cache {path}: {e}", stacklevel=3)
+        return None
+
+
+def _write_cache(path: Path, arrays: Splits) -> None:
+    """Write tmp then rename, so concurrent loaders never see a partial file."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **dict(zip(_ARRAY_KEYS, arrays, strict=True)))
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a cache may be shared
+        os.replace(tmp, path)
+    except OSError as e:
+        warnings.warn(f"could not cache dataset arrays at {path}: {e}", stacklevel=3)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- public loader
+
+
+def _checked(name: str, spec: _Spec, arrays: Splits) -> Splits:
+    """Writable C-contiguous uint8 images and int64 labels, with sizes and labels checked."""
+    out: list[np.ndarray] = []
+    for x, y in (arrays[:2], arrays[2:]):
+        x = np.require(x, np.uint8, ["C", "W"])
+        y = np.require(y, np.int64, ["C", "W"]).reshape(-1)
+        if x.ndim != 4 or x.shape[0] != y.shape[0]:
+            raise ValueError(f"{name}: {x.shape[0]} images of shape {x.shape} vs {len(y)} labels")
+        if y.size and (y.min() < 0 or y.max() >= spec.num_classes):
+            raise ValueError(f"{name}: labels outside 0..{spec.num_classes - 1}")
+        out += [x, y]
+    return tuple(out)
+
+
+def _find(spec: _Spec, root: Path) -> tuple[_Layout, list[Path]] | None:
+    for layout in spec.layouts:
+        paths = layout.paths(root)
+        if all(p.is_file() for p in paths):
+            return layout, paths
+    return None
+
+
+def _unavailable(name: str, spec: _Spec, root: Path, reason: str) -> DatasetUnavailable:
+    expected = "\n".join(f"  - {layout.describe(root)}" for layout in spec.layouts)
+    return DatasetUnavailable(
+        f"dataset {name!r} not found under data root {root} ({reason}). "
+        f"Expected all files of one of these layouts:\n{expected}\n"
+        "Fix: set data.root or the RING_ACTORS_DATA environment variable to a folder holding "
+        "these files, or run with download allowed on a machine with network access."
+    )
+
+
+def load_dataset(
+    name: str, root: str | os.PathLike | None = None, download: bool = True
+) -> DatasetArrays:
+    """Load ``name``'s train and test splits from the data root (see :func:`resolve_root`).
+
+    Decoded arrays are cached as .npz under ``$RING_ACTORS_CACHE/extracted`` (default
+    ``<user cache dir>/ring-actors/extracted``), never inside the possibly read-only root.
+    Missing files are downloaded through torchvision when ``download`` is True.
+    """
+    if name not in _SPECS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+    spec = _SPECS[name]
+    data_root = resolve_root(root)
+    found = _find(spec, data_root)
+    if found is None:
+        if not download:
+            raise _unavailable(name, spec, data_root, "download=False")
+        try:
+            _download(name, data_root)
+        except Exception as e:  # no network, read-only root, checksum mismatch, ...
+            raise _unavailable(
+                name, spec, data_root, f"download failed: {type(e).__name__}: {e}"
+            ) from e
+        found = _find(spec, data_root)
+        if found is None:
+            raise _unavailable(name, spec, data_root, "download gave no usable files")
+    layout, paths = found
+
+    cache = _cache_path(name, paths)
+    arrays = _read_cache(cache)
+    if arrays is None:
+        arrays = _checked(name, spec, layout.read(paths))
+        _write_cache(cache, arrays)
+    train_x, train_y, test_x, test_y = arrays
+    return DatasetArrays(
+        name, train_x, train_y, test_x, test_y, spec.num_classes, spec.mean, spec.std
+    )

@@ -1,0 +1,106 @@
+"""MLflow logging in batches, and the run's output files (the output contract)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+_MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
+
+
+def resolve_tracking_uri(configured: str | None, workdir: Path) -> str:
+    """Config value, else ``MLFLOW_TRACKING_URI``, else a SQLite file in ``workdir``."""
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
+    return uri or f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config as dotted keys with string values, the shape MLflow params take."""
+    flat: dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return flat
+
+
+class Tracker:
+    """One MLflow run, written only by the coordinator; metrics are buffered and sent in batches."""
+
+    def __init__(self, uri: str, experiment: str, run_name: str) -> None:
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        self._pending: list[Metric] = []
+
+    def log_params(self, params: Mapping[str, str]) -> None:
+        items = [Param(k, v[:6000]) for k, v in params.items()]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def add_metrics(self, values: Mapping[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        self._pending.extend(Metric(k, float(v), now, step) for k, v in values.items())
+
+    def flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def log_artifacts(self, directory: Path) -> None:
+        self.client.log_artifacts(self.run_id, str(directory))
+
+    def end(self, status: str = "FINISHED") -> None:
+        self.flush()
+        self.client.set_terminated(self.run_id, status=status)
+
+
+def write_outputs(
+    directory: Path,
+    config: Mapping[str, Any],
+    summary: Mapping[str, Any],
+    metrics: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+) -> None:
+    """The contract files: config.yaml, summary.json, metrics.parquet, events.parquet."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.yaml").write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    (directory / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    pq.write_table(_table(metrics, METRIC_COLUMNS), directory / "metrics.parquet")
+    pq.write_table(_table(events, EVENT_COLUMNS), directory / "events.parquet")
+
+
+METRIC_COLUMNS = {"client": pa.int64(), "round": pa.int64(), "time_s": pa.float64()}
+EVENT_COLUMNS = {
+    "time_s": pa.float64(),
+    "kind": pa.string(),
+    "client": pa.int64(),
+    "round": pa.int64(),
+    "epoch": pa.int64(),
+    "detail": pa.string(),
+}
+
+
+def _table(rows: list[dict[str, Any]], fixed: Mapping[str, pa.DataType]) -> pa.Table:
+    """Rows as a table: ``fixed`` columns first, any other keys as float64 columns."""
+    extra = sorted({k for row in rows for k in row} - set(fixed))
+    schema = pa.schema([*fixed.items(), *[(k, pa.float64()) for k in extra]])
+    columns = {name: [row.get(name) for row in rows] for name in schema.names}
+    return pa.table(columns, schema=schema)
