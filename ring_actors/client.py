@@ -93,6 +93,7 @@ class ClientActor:
         self.view = View(epoch=0, successors=(), predecessors=(), members=())
         self.handles: dict[int, ray.actor.ActorHandle] = {}
         self.in_flight: list[InFlight] = []
+        self.last_payload: Payload | None = None
         self.round = -1  # the round in progress
         self.completed = -1  # the last round finished
         self.bytes_sent = 0
@@ -115,7 +116,11 @@ class ClientActor:
         }
 
     def receive(self, payload: Payload) -> bool:
-        """Validate and enqueue; never blocks on training. False means rejected or duplicate."""
+        """Validate and enqueue; never blocks on training.
+
+        True acknowledges the delivery (a duplicate re-send is acknowledged but not queued
+        twice); False means rejected: malformed, non-finite, or from a bypassed member.
+        """
         try:
             if not isinstance(payload, Payload):
                 raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
@@ -136,18 +141,36 @@ class ClientActor:
         return True
 
     def set_view(self, view: View, handles: dict[int, ray.actor.ActorHandle]) -> None:
-        """Adopt a newer membership view and re-send what the old successors never acked."""
+        """Adopt a newer membership view; re-send to new successors what they may lack.
+
+        A new successor gets the latest payload (it may have gone to a member that then
+        died) and every payload the old successors never acknowledged.
+        """
         with self.lock:
             if view.epoch <= self.view.epoch:
                 return  # idempotent: an old or repeated broadcast changes nothing
-            self.view = view
-            self.handles = dict(handles)
-            orphans = [f for f in self.in_flight if f.target not in view.successors]
+            old = set(self.view.successors)
+            self.view, self.handles = view, dict(handles)
+            unacked = [f.payload for f in self.in_flight if f.target not in view.successors]
             self.in_flight = [f for f in self.in_flight if f.target in view.successors]
-            for flight in orphans:
-                targets = [t for t in view.successors if not self._holds(t, flight.payload)]
-                for target in targets:
-                    self._dispatch(target, flight.payload)
+            resend = unacked + ([self.last_payload] if self.last_payload else [])
+            for target in view.successors:
+                if target in old:
+                    continue
+                for payload in {id(p): p for p in resend}.values():
+                    self._dispatch(target, payload)
+
+    def stats(self) -> dict:
+        """Counters for tests and debugging."""
+        return {
+            "round": self.round,
+            "completed": self.completed,
+            "epoch": self.view.epoch,
+            "inbox": len(self.inbox),
+            "rejected": self.rejected,
+            "hops": self.hops,
+            "bytes_sent": self.bytes_sent,
+        }
 
     def start(self) -> None:
         """Start the round loop on its own thread and return at once."""
@@ -236,6 +259,7 @@ class ClientActor:
 
     def _send(self, payload: Payload) -> None:
         with self.lock:
+            self.last_payload = payload
             for target in self.view.successors:
                 self._dispatch(target, payload)
         self._poll_in_flight()
@@ -244,9 +268,6 @@ class ClientActor:
         """Fire-and-forget ``receive`` on ``target``; caller holds the lock."""
         ref = self.handles[target].receive.remote(payload)
         self.in_flight.append(InFlight(target, payload, ref, time.monotonic()))
-
-    def _holds(self, target: int, payload: Payload) -> bool:
-        return any(f.target == target and f.payload is payload for f in self.in_flight)
 
     def _poll_in_flight(self) -> None:
         """Settle acknowledged sends; report silent or dead successors to the coordinator."""

@@ -1,0 +1,230 @@
+"""The supervised baselines: Local, DFedAvg, and the shared Algorithm machinery."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ring_actors.algorithms import ALGORITHMS
+from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
+from ring_actors.algorithms.dfedavg import DFedAvg
+from ring_actors.algorithms.local import Local
+from ring_actors.algorithms.supervised import SupervisedAlgorithm
+from ring_actors.data.images import LabelledImages
+from ring_actors.protocol import Payload, detach_to_cpu
+
+CPU = torch.device("cpu")
+SHAPE = (1, 16, 16)  # small images keep the CNN fast on two cores
+
+
+def make_task(shape=SHAPE, classes=4, seed=1, shared_seed=0, batch=32, epochs=1) -> TaskSpec:
+    return TaskSpec(classes, shape, epochs, batch, CPU, seed, shared_seed)
+
+
+def make(cls=DFedAvg, shape=SHAPE, seed=1, shared_seed=0, **options):
+    return cls(AlgorithmOptions(**options), make_task(shape, seed=seed, shared_seed=shared_seed))
+
+
+def payload(algo: Algorithm, sender: int = 0) -> Payload:
+    return Payload(sender, 0, 0, 0, detach_to_cpu(algo.shared_state()))
+
+
+def separable(n=128, classes=4, shape=SHAPE, seed=0) -> LabelledImages:
+    """Each class lights up its own horizontal band of the image, plus noise."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % classes
+    x = torch.randint(0, 60, (n, *shape), generator=g)
+    band = shape[1] // classes
+    for k in range(classes):
+        x[y == k, :, k * band : (k + 1) * band] += 180
+    return LabelledImages.from_arrays(x.to(torch.uint8).numpy(), y.numpy(), (0.3,), (0.3,))
+
+
+def perturb(algo: Algorithm, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for value in algo.shared_state().values():
+            if value.is_floating_point():
+                value.add_(torch.randn(value.shape, generator=g))
+
+
+def test_registry_names_the_baselines():
+    assert ALGORITHMS["local"] is Local
+    assert ALGORITHMS["dfedavg"] is DFedAvg
+    assert issubclass(Local, SupervisedAlgorithm) and issubclass(DFedAvg, SupervisedAlgorithm)
+
+
+# ---- options -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lr", [0.0, -1e-3])
+def test_options_reject_non_positive_lr(lr):
+    with pytest.raises(ValueError, match=r"^lr: must be > 0"):
+        AlgorithmOptions(lr=lr)
+
+
+def test_options_reject_bad_momentum_and_weight_decay():
+    with pytest.raises(ValueError, match="momentum"):
+        AlgorithmOptions(momentum=1.0)
+    with pytest.raises(ValueError, match="weight_decay"):
+        AlgorithmOptions(weight_decay=-0.1)
+
+
+def test_make_optimizer_follows_options():
+    sgd = make(optimizer="sgd", lr=0.05, momentum=0.5, weight_decay=0.01)
+    assert isinstance(sgd.optimizer, torch.optim.SGD)
+    group = sgd.optimizer.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.05, 0.5, 0.01)
+    adam = make(lr=0.002)
+    assert isinstance(adam.optimizer, torch.optim.Adam)
+    assert adam.optimizer.param_groups[0]["lr"] == 0.002
+
+
+# ---- Local ---------------------------------------------------------------------------------
+
+
+def test_local_shares_nothing_and_ignores_merges():
+    algo = make(Local)
+    assert algo.shared_state() == {}
+    before = {k: v.clone() for k, v in algo.model.state_dict().items()}
+    other = make(DFedAvg, shared_seed=5)
+    algo.merge([payload(other)])
+    algo.set_shared({})
+    for name, value in algo.model.state_dict().items():
+        assert torch.equal(value, before[name])
+
+
+# ---- DFedAvg -------------------------------------------------------------------------------
+
+
+def test_dfedavg_shares_the_whole_model():
+    algo = make()
+    assert set(algo.shared_state()) == set(algo.model.state_dict())
+
+
+@pytest.mark.parametrize("senders", [1, 2])
+def test_dfedavg_merge_is_the_elementwise_mean(senders):
+    own = make(seed=1)
+    perturb(own, 100)
+    others = []
+    for i in range(senders):
+        other = make(seed=2 + i)
+        perturb(other, 200 + i)
+        others.append(other)
+    before = {k: v.clone() for k, v in own.shared_state().items()}
+    received = [payload(o, sender=i + 1) for i, o in enumerate(others)]
+    own.merge(received)
+    after = own.model.state_dict()
+    for name, value in before.items():
+        parts = [value.double()] + [p.tensors[name].double() for p in received]
+        expected = torch.stack(parts).mean(0).float()
+        torch.testing.assert_close(after[name], expected, rtol=0, atol=1e-6)
+        assert not torch.equal(after[name], value)  # it really moved
+
+
+def test_dfedavg_merge_keeps_integer_buffers_local():
+    own, other = make(backbone="resnet18", seed=1), make(backbone="resnet18", seed=2)
+    perturb(own, 1)
+    perturb(other, 2)
+    counters = [k for k, v in own.shared_state().items() if not v.is_floating_point()]
+    assert counters and all(k.endswith("num_batches_tracked") for k in counters)
+    with torch.no_grad():
+        for k in counters:
+            own.model.state_dict()[k].fill_(5)
+            other.model.state_dict()[k].fill_(100)
+    bn_mean = "body.1.running_mean"
+    expected_mean = (own.shared_state()[bn_mean] + other.shared_state()[bn_mean]) / 2
+    own.merge([payload(other)])
+    state = own.model.state_dict()
+    for k in counters:
+        assert state[k].dtype == torch.int64 and int(state[k]) == 5
+    torch.testing.assert_close(state[bn_mean], expected_mean, rtol=0, atol=1e-6)
+
+
+def test_dfedavg_merge_of_nothing_is_a_no_op():
+    algo = make()
+    perturb(algo, 3)
+    before = {k: v.clone() for k, v in algo.model.state_dict().items()}
+    algo.merge([])
+    for name, value in algo.model.state_dict().items():
+        assert torch.equal(value, before[name])
+
+
+def test_same_shared_seed_starts_identical_different_seed_does_not():
+    a = make(seed=1, shared_seed=7)
+    b = make(seed=2, shared_seed=7)
+    c = make(seed=1, shared_seed=8)
+    sa, sb, sc = a.model.state_dict(), b.model.state_dict(), c.model.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+
+
+def test_init_from_copies_the_shared_state():
+    joiner, source = make(shared_seed=1), make(shared_seed=2)
+    perturb(source, 9)
+    handed = payload(source, sender=3)
+    joiner.init_from(handed)
+    for name, value in joiner.shared_state().items():
+        assert torch.equal(value, handed.tensors[name])
+    # A copy, not an alias: training the source afterwards leaves the joiner alone.
+    perturb(source, 10)
+    name = next(iter(handed.tensors))
+    assert torch.equal(joiner.shared_state()[name], handed.tensors[name])
+    assert not torch.equal(joiner.shared_state()[name], source.shared_state()[name])
+
+
+def test_set_shared_raises_key_error_naming_missing_keys():
+    algo = make()
+    before = {k: v.clone() for k, v in algo.shared_state().items()}
+    tensors = detach_to_cpu(make(shared_seed=3).shared_state())
+    dropped = sorted(tensors)[0]
+    del tensors[dropped]
+    with pytest.raises(KeyError, match=dropped):
+        algo.set_shared(tensors)
+    for name, value in algo.shared_state().items():  # nothing half-copied
+        assert torch.equal(value, before[name])
+
+
+# ---- evaluation and training ---------------------------------------------------------------
+
+
+def test_evaluate_matches_a_hand_computation_from_predict():
+    algo = make(shared_seed=4)
+    data = separable(n=300)  # more than one evaluation batch of 256
+    result = algo.evaluate(data)
+    assert set(result) == {"acc"}
+    assert 0.0 <= result["acc"] <= 1.0
+    with torch.no_grad():
+        logits = algo.predict(data.normalise(data.x))["acc"]
+    expected = int((logits.argmax(1) == data.y).sum()) / len(data)
+    assert result["acc"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_evaluate_with_a_constant_head():
+    algo = make()
+    data = separable(n=40)
+    with torch.no_grad():
+        algo.model.head.weight.zero_()
+        algo.model.head.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    assert algo.evaluate(data)["acc"] == pytest.approx(float((data.y == 2).float().mean()))
+
+
+def test_train_rounds_lower_the_loss_and_beat_chance():
+    algo = make(Local, shared_seed=0, lr=1e-3)
+    data = separable(n=96)
+    before = algo.evaluate(data)["acc"]
+    losses = [algo.train_round(data)["loss"] for _ in range(3)]
+    after = algo.evaluate(data)["acc"]
+    assert all(loss == loss and loss > 0 for loss in losses)  # finite, positive
+    assert losses[-1] < losses[0]
+    assert after > 0.5  # chance is 0.25
+    assert after >= before
+
+
+def test_train_round_runs_local_epochs_and_changes_weights():
+    algo = DFedAvg(AlgorithmOptions(), make_task(epochs=2, batch=64))
+    weight = algo.model.head.weight.detach().clone()
+    out = algo.train_round(separable(n=64))
+    assert set(out) == {"loss"}
+    assert not torch.equal(algo.model.head.weight, weight)
+    assert algo.optimizer.state[algo.model.head.weight]["step"] == 2  # 2 epochs x 1 batch

@@ -1,0 +1,50 @@
+"""Shared fixtures: the real datasets, a small local Ray instance, a run's config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ring_actors.config import Config, apply_overrides, config_from_dict
+
+DATA_ROOT = os.environ.get("RING_ACTORS_DATA")
+
+needs_data = pytest.mark.skipif(
+    not DATA_ROOT or not Path(DATA_ROOT).is_dir(),
+    reason="set RING_ACTORS_DATA to the datasets folder (e.g. ../shared/datasets)",
+)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One Ray instance per test module: 2 CPUs and 1 logical GPU (no real GPU needed)."""
+    import ray
+
+    ray.init(
+        num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+        configure_logging=False,
+    )
+    yield ray
+    ray.shutdown()
+
+
+def small_config(tmp_path: Path, *overrides: str) -> Config:
+    """A fast ring on Fashion-MNIST (few samples and rounds, MLflow in ``tmp_path``)."""
+    base = {
+        "experiment": {"name": "test", "seed": 0, "rounds": 3},
+        "data": {
+            "dataset": "fashion-mnist",
+            "root": DATA_ROOT,
+            "download": False,
+            "max_train_per_client": 300,
+            "partition": {"kind": "shard", "classes_per_client": 2},
+        },
+        "clients": {"count": 4, "num_cpus": 0.5, "local_epochs": 1, "batch_size": 32},
+        "algorithm": {"name": "dfedavg", "lr": 0.002},
+        "schedule": {"mode": "sync", "hop_timeout_s": 20},
+        "eval": {"every": 1, "global_max_samples": 500},
+        "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+    }
+    return config_from_dict(apply_overrides(base, overrides))

@@ -1,0 +1,136 @@
+"""End-to-end rings of real Ray actors on real Fashion-MNIST, with a real MLflow store."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+
+from ring_actors.config import config_from_dict
+from ring_actors.experiment import launch, run_experiment, shutdown, wait_and_finalize
+from ring_actors.models import build_backbone
+from ring_actors.protocol import Payload
+from tests.conftest import needs_data, small_config
+
+pytestmark = [needs_data, pytest.mark.slow]
+
+SUMMARY_KEYS = {
+    "algorithm", "dataset", "clients", "rounds_completed", "mode", "local_acc", "global_acc",
+    "bytes_per_hop", "hops", "events", "wall_s", "samples_per_s", "mlflow",
+}
+
+
+def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
+    config = small_config(tmp_path)
+    out = tmp_path / "out"
+    summary = run_experiment(config, out, progress=False)
+
+    # Two classes per client: chance is 0.5 on Local-T, so 0.8 needs real learning.
+    assert summary["rounds_completed"] == 3
+    assert summary["local_acc"]["mean"] > 0.8
+    assert set(summary["local_acc"]["per_client"]) == {"0", "1", "2", "3"}
+    assert summary["events"] == {"crashes": 0, "bypasses": 0, "joins": 0, "lost_payloads": 0}
+    model = build_backbone("cnn", (1, 28, 28), 10)
+    model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    assert summary["bytes_per_hop"] == model_bytes
+    assert summary["hops"] == 4 * 3
+
+    assert SUMMARY_KEYS <= set(json.loads((out / "summary.json").read_text()))
+    assert config_from_dict(yaml.safe_load((out / "config.yaml").read_text())) == config
+    metrics = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert sorted((r["client"], r["round"]) for r in metrics) == [
+        (c, r) for c in range(4) for r in range(3)
+    ]
+    assert all(0 <= r["local_acc"] <= 1 and 0 <= r["global_acc"] <= 1 for r in metrics)
+    events = pq.read_table(out / "events.parquet")
+    assert {"time_s", "kind", "client", "round", "epoch"} <= set(events.column_names)
+
+    client = MlflowClient(summary["mlflow"]["tracking_uri"])
+    run = client.get_run(summary["mlflow"]["run_id"])
+    assert run.data.params["algorithm.name"] == "dfedavg"
+    assert run.data.tags["dataset"] == "fashion-mnist"
+    means = client.get_metric_history(run.info.run_id, "local_acc_mean")
+    assert sorted(m.step for m in means) == [0, 1, 2]
+    final = [m.value for m in means if m.step == 2][0]
+    assert final == pytest.approx(summary["local_acc"]["mean"])
+    assert len(client.get_metric_history(run.info.run_id, "client_3/global_acc")) == 3
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"summary.json", "metrics.parquet", "events.parquet", "config.yaml"} <= artifacts
+
+
+def test_async_ring_finishes_with_a_straggler(ray_local, tmp_path):
+    config = small_config(
+        tmp_path,
+        "schedule.mode=async",
+        "schedule.max_staleness=1",
+        "experiment.rounds=4",
+        "faults=[{at_round: 0, slow: [1], delay_s: 2.0}]",
+    )
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    assert summary["rounds_completed"] == 4
+    assert summary["events"]["lost_payloads"] == 0
+    rows = pq.read_table(tmp_path / "out" / "metrics.parquet").to_pylist()
+    finish = {r["client"]: r["time_s"] for r in rows if r["round"] == 3}
+    # The straggler is last, but bounded staleness let the others run ahead of it.
+    assert max(finish, key=finish.get) == 1
+    assert min(finish.values()) < finish[1] - 2.0
+
+
+def test_clients_take_fractional_gpus_and_fall_back_to_cpu(ray_local, tmp_path):
+    config = small_config(tmp_path, "clients.num_gpus=0.25", "clients.num_cpus=0.25")
+    experiment = launch(config, tmp_path / "out")
+    try:
+        for facts in experiment.placement.values():
+            assert facts["gpu_ids"] == ["0"]  # four clients share the one (logical) GPU
+            expected = "cuda:0" if torch.cuda.is_available() else "cpu"
+            assert facts["device"] == expected
+            assert facts["torch_threads"] == 1
+        available = ray.available_resources().get("GPU", 0.0)
+        assert available == pytest.approx(0.0)
+    finally:
+        shutdown(experiment)
+
+
+def test_receiver_rejects_malformed_payloads_and_drops_duplicates(ray_local, tmp_path):
+    experiment = launch(small_config(tmp_path), tmp_path / "out")
+    try:
+        client = experiment.clients[1]
+        good = Payload(0, 0, 0, 0, {"w": torch.ones(3)}, num_samples=10)
+        bad = Payload(0, 1, 0, 1, {"w": torch.tensor([1.0, float("nan")])}, num_samples=10)
+        assert ray.get(client.receive.remote(bad)) is False
+        assert ray.get(client.receive.remote("not a payload")) is False
+        assert ray.get(client.receive.remote(good)) is True
+        assert ray.get(client.receive.remote(good)) is True  # a re-send: acknowledged again...
+        stats = ray.get(client.stats.remote())
+        assert stats["rejected"] == 2
+        assert stats["inbox"] == 1  # ...but queued once, and the rejected ones not at all
+    finally:
+        shutdown(experiment)
+
+
+def test_crashed_client_is_bypassed_and_nothing_is_lost(ray_local, tmp_path):
+    config = small_config(
+        tmp_path, "experiment.rounds=5", "schedule.hop_timeout_s=10", "schedule.heartbeat_s=0.5"
+    )
+    experiment = launch(config, tmp_path / "out")
+    try:
+        started = time.monotonic()
+        ray.get(experiment.coordinator.start_clients.remote())
+        while ray.get(experiment.coordinator.progress.remote())["rounds_done"] < 6:
+            time.sleep(0.2)
+        ray.kill(experiment.clients[2], no_restart=True)
+        summary = wait_and_finalize(experiment, started, progress=False)
+    finally:
+        shutdown(experiment)
+    assert summary["ring_order"] == [0, 1, 3]
+    assert summary["rounds_completed"] == 5
+    assert summary["events"]["crashes"] == 1
+    assert summary["events"]["bypasses"] == 1
+    assert summary["events"]["lost_payloads"] == 0
+    assert "2" in summary["local_acc"]["per_client"]  # the dead client's last metrics remain
