@@ -24,7 +24,8 @@ from ring_actors.protocol import Payload, PayloadError, detach_to_cpu
 
 log = logging.getLogger(__name__)
 
-SHARE = "share"
+SHARE = "share"  # point-to-point hand-over of the shared state after each round
+INIT = "init"  # a predecessor's hand-off to a client that joins the ring
 
 
 @dataclass(eq=False)
@@ -172,11 +173,38 @@ class ClientActor:
             "bytes_sent": self.bytes_sent,
         }
 
-    def start(self) -> None:
-        """Start the round loop on its own thread and return at once."""
+    def start(self, first_round: int = 0, joining: bool = False) -> None:
+        """Start the round loop on its own thread and return at once.
+
+        A joining client first waits for its predecessor's hand-off and initialises from it.
+        """
         if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name=f"client-{self.id}", daemon=True)
+            self.thread = threading.Thread(
+                target=self._run,
+                args=(first_round, joining),
+                name=f"client-{self.id}",
+                daemon=True,
+            )
             self.thread.start()
+
+    def hand_off(self, joiner: int, handle: ray.actor.ActorHandle) -> None:
+        """Give a newcomer what the method says it starts from: our latest shared state."""
+        with self.lock:
+            latest = self.last_payload
+        tensors = latest.tensors if latest else detach_to_cpu(self.algorithm.shared_state())
+        if tensors:
+            round_ = latest.round if latest else self.completed
+            handle.receive.remote(
+                Payload(
+                    self.id,
+                    max(round_, 0),
+                    self.view.epoch,
+                    seq=-1,
+                    tensors=tensors,
+                    num_samples=len(self.train),
+                    kind=INIT,
+                )
+            )
 
     def ping(self) -> int:
         """Heartbeat: the last round this client finished."""
@@ -184,9 +212,11 @@ class ClientActor:
 
     # ---- round loop ---------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, first_round: int, joining: bool) -> None:
         try:
-            for round_ in range(self.config.experiment.rounds):
+            if joining:
+                self._initialise_from_hand_off()
+            for round_ in range(first_round, self.config.experiment.rounds):
                 self.round = round_
                 self._run_round(round_)
                 self.completed = round_
@@ -196,6 +226,20 @@ class ClientActor:
             log.exception("client %d failed", self.id)
             self.coordinator.report_event.remote("client_error", self.id, self.round, repr(err))
             raise
+
+    def _initialise_from_hand_off(self) -> None:
+        """Run ``init_from`` on the hand-off; a method that shares nothing needs none."""
+        if not self.algorithm.shared_state():
+            return
+        timeout = self.config.schedule.hop_timeout_s
+        if not self.inbox.wait(lambda: self.inbox.count(INIT) > 0, timeout, self._poll_in_flight):
+            self.coordinator.report_event.remote("join_without_hand_off", self.id, -1, "")
+            return
+        (payload,) = self.inbox.take(INIT)[-1:]
+        self.algorithm.init_from(payload.to(self.device))
+        self.coordinator.report_event.remote(
+            "join_initialised", self.id, payload.round, f"from {payload.sender}"
+        )
 
     def _run_round(self, round_: int) -> None:
         started = time.monotonic()
@@ -234,20 +278,15 @@ class ClientActor:
     def _gather(self, round_: int) -> list[Payload]:
         """What to merge this round, after waiting as the schedule mode requires."""
         schedule = self.config.schedule
-        if schedule.mode == "sync":
-            # Round r merges exactly what the in-neighbours sent at the end of round r - 1.
-            def ready() -> bool:
-                return set(self.view.predecessors) <= self.inbox.senders_at(SHARE, round_ - 1)
+        # sync: round r merges what the in-neighbours sent at the end of round r - 1.
+        # async: never run more than max_staleness rounds ahead of an in-neighbour.
+        lag = 0 if schedule.mode == "sync" else schedule.max_staleness
+        max_round = round_ - 1 if schedule.mode == "sync" else None
 
-            max_round = round_ - 1
-        else:
-            # Bounded staleness: never run more than max_staleness rounds ahead of a sender.
-            floor = round_ - 1 - schedule.max_staleness
+        def ready() -> bool:
+            newest = self.inbox.newest
+            return all(newest.get(p, -1) >= round_ - 1 - lag for p in self.view.predecessors)
 
-            def ready() -> bool:
-                return all(self.inbox.newest.get(p, -1) >= floor for p in self.view.predecessors)
-
-            max_round = None
         must_wait = round_ > 0 and self.view.predecessors
         if must_wait and not self.inbox.wait(ready, schedule.hop_timeout_s, self._poll_in_flight):
             self.coordinator.report_event.remote(

@@ -139,16 +139,24 @@ class RaySection:
 
 @dataclass(frozen=True)
 class FaultSection:
-    """One fault-plan entry: at a round, make some clients slow by ``delay_s`` per round."""
+    """One fault-plan entry, applied once the ring reaches ``at_round``.
+
+    ``slow``: these clients sleep ``delay_s`` every round from then on. ``join``: that many
+    new clients (with data partitions of their own) are spliced into the running ring.
+    """
 
     at_round: int
     slow: tuple[int, ...] = ()
     delay_s: float = 0.0
+    join: int = 0
 
     def __post_init__(self) -> None:
-        _check(self.at_round >= 0, "faults[].at_round", "an int >= 0")
-        _check(len(self.slow) > 0, "faults[].slow", "a non-empty list of client ids")
-        _check(self.delay_s > 0, "faults[].delay_s", "a number > 0")
+        _check(self.at_round >= 0, "faults[].at_round", "an int >= 0", self.at_round)
+        actions = [name for name in ("slow", "join") if getattr(self, name)]
+        _check(len(actions) == 1, "faults[]", "an entry with exactly one of: slow, join")
+        if self.slow:
+            _check(self.delay_s > 0, "faults[].delay_s", "a number > 0", self.delay_s)
+        _check(self.join >= 0, "faults[].join", "an int >= 0 (clients joining)", self.join)
 
 
 @dataclass(frozen=True)
@@ -166,8 +174,13 @@ class Config:
 
     def __post_init__(self) -> None:
         for entry in self.faults:
-            bad = [c for c in entry.slow if not 0 <= c < self.clients.count]
-            _check(not bad, "faults[].slow", f"client ids in [0, {self.clients.count})")
+            bad = [c for c in entry.slow if not 0 <= c < self.total_clients]
+            _check(not bad, "faults[].slow", f"client ids in [0, {self.total_clients})", bad)
+
+    @property
+    def total_clients(self) -> int:
+        """Clients at the start plus every client the fault plan lets join."""
+        return self.clients.count + sum(entry.join for entry in self.faults)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict, as written to ``config.yaml`` and logged as MLflow params."""
@@ -241,6 +254,13 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     if unknown:
         where = f"{prefix}." if prefix else ""
         raise ConfigError(f"unknown key {where}{unknown[0]}; allowed keys here: {', '.join(names)}")
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    for name in required:
+        _check(name in data, f"{prefix}.{name}" if prefix else name, "given (it is required)")
     kwargs = {}
     for name in names:
         if name in data:

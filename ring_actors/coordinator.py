@@ -82,6 +82,27 @@ class Coordinator:
                 self.handles[client_id].start.remote()
             self.broadcast_epoch = self.table.epoch  # RUNNING does not change the live set
 
+    def admit(self, client_id: int, handle: ray.actor.ActorHandle, node_id: str) -> int:
+        """Splice a new client in after a (seeded) random live member and start it there.
+
+        The newcomer's predecessor hands it its latest shared state for ``init_from``; the
+        newcomer starts at the ring's current round. Returns the predecessor's id.
+        """
+        with self.lock:
+            live = self.table.live
+            after = random.Random(self.config.experiment.seed * 7919 + client_id).choice(live)
+            first_round = min(self.table.members[c].last_round for c in live) + 1
+            self.handles[client_id] = handle
+            self.table.add(client_id, node_id, after=after)
+            self.table.seen(client_id, first_round - 1)
+            self._event("join", client_id, first_round, f"spliced in after {after}")
+            self._broadcast()
+            self.broadcast_epoch = self.table.epoch
+            self.handles[after].hand_off.remote(client_id, handle)
+            self.table.mark(client_id, MemberState.RUNNING)
+            handle.start.remote(first_round, True)
+            return after
+
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         with self.lock:
             self.table.seen(client_id, round_)
@@ -120,6 +141,7 @@ class Coordinator:
             live = self.table.live
             rounds = [self.table.members[c].last_round + 1 for c in live]
             return {
+                "round": min(rounds, default=0),
                 "epoch": self.table.epoch,
                 "live": len(live),
                 "done": sum(1 for c in live if c in self.done),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,18 +19,60 @@ from ring_actors.config import Config
 from ring_actors.coordinator import Coordinator
 from ring_actors.data.partition import ClientSplit, split_clients
 from ring_actors.data.sources import load_dataset
+from ring_actors.faults import joins_due
 from ring_actors.tracking import resolve_tracking_uri
 
 
 @dataclass
 class Experiment:
-    """Handles of a running experiment, for the driver and for tests that inject faults."""
+    """A running experiment: its actors, and what it needs to add clients later.
+
+    The driver API for tests and notebooks: ``join(k)`` splices ``k`` new clients into the
+    running ring, each with a data partition of its own.
+    """
 
     config: Config
     output_dir: Path
     coordinator: ray.actor.ActorHandle
     clients: dict[int, ray.actor.ActorHandle]
     placement: dict[int, dict[str, Any]]
+    actor_class: Any
+    data_ref: ray.ObjectRef
+    splits: list[ClientSplit]
+    global_test: np.ndarray
+    admitted: set[int] = field(default_factory=set)
+
+    def create_clients(self, ids: list[int]) -> None:
+        """Start client actors for ``ids`` and record where they landed."""
+        missing = [i for i in ids if i >= len(self.splits)]
+        if missing:
+            raise ValueError(
+                f"clients {missing} have no data partition: the data was split for "
+                f"{len(self.splits)} clients; declare joins in the config's faults"
+            )
+        handles = {
+            i: self.actor_class.remote(
+                i, self.config, self.data_ref, self.splits[i], self.global_test, self.coordinator
+            )
+            for i in ids
+        }
+        facts = ray.get([h.describe.remote() for h in handles.values()])
+        self.clients.update(handles)
+        self.placement.update(zip(handles, facts, strict=True))
+
+    def join(self, count: int) -> list[int]:
+        """Add ``count`` clients to the running ring; returns their ids.
+
+        Clients the fault plan announced were started at launch and wait in standby, so they
+        join at the planned round instead of after a process start; others are started here.
+        """
+        ids = [i for i in self.placement if i not in self.admitted][:count]
+        fresh = list(range(len(self.placement), len(self.placement) + count - len(ids)))
+        self.create_clients(fresh)
+        for i in [*ids, *fresh]:
+            self.admitted.add(i)
+            ray.get(self.coordinator.admit.remote(i, self.clients[i], self.placement[i]["node_id"]))
+        return ids
 
 
 def connect_ray(address: str | None) -> None:
@@ -62,7 +104,7 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
     splits = split_clients(
         dataset.train_y,
         dataset.test_y,
-        config.clients.count,
+        config.total_clients,  # late joiners get partitions of their own
         part.kind,
         beta=part.beta,
         classes_per_client=part.classes_per_client,
@@ -86,24 +128,28 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
         max_concurrency=8,
         scheduling_strategy="SPREAD" if config.clients.placement == "spread" else "DEFAULT",
     )
-    clients = {
-        i: actor_class.remote(i, config, data_ref, splits[i], global_test, coordinator)
-        for i in range(config.clients.count)
-    }
-    described = ray.get([c.describe.remote() for c in clients.values()])
-    placement = dict(zip(clients, described, strict=True))
-    for i, handle in clients.items():
-        ray.get(coordinator.register.remote(i, handle, placement[i]["node_id"]))
-    return Experiment(config, output_dir, coordinator, clients, placement)
+    experiment = Experiment(
+        config, output_dir, coordinator, {}, {}, actor_class, data_ref, splits, global_test
+    )
+    experiment.create_clients(list(range(config.total_clients)))
+    for i in range(config.clients.count):
+        node = experiment.placement[i]["node_id"]
+        ray.get(coordinator.register.remote(i, experiment.clients[i], node))
+        experiment.admitted.add(i)
+    return experiment
 
 
 def wait_and_finalize(experiment: Experiment, started: float, progress: bool) -> dict[str, Any]:
-    """Follow progress until every live client is done, then write the outputs."""
+    """Follow progress (applying the fault plan's joins) until every live client is done."""
     config = experiment.config
     total = config.clients.count * config.experiment.rounds
+    applied: set[int] = set()
     with tqdm(total=total, desc="client-rounds", unit="rd", disable=not progress) as bar:
         while True:
             state = ray.get(experiment.coordinator.progress.remote())
+            for index in joins_due(config.faults, state["round"], applied):
+                experiment.join(config.faults[index].join)
+                applied.add(index)
             bar.total = max(total, state["rounds_done"])
             bar.update(state["rounds_done"] - bar.n)
             if state["finished"]:

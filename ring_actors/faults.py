@@ -14,3 +14,12 @@ def slow_delay(plan: Sequence[FaultSection], client_id: int, round_: int) -> flo
         if entry.at_round <= round_ and client_id in entry.slow:
             delay = entry.delay_s
     return delay
+
+
+def joins_due(plan: Sequence[FaultSection], ring_round: int, applied: set[int]) -> list[int]:
+    """Indices of join entries the ring has reached (``ring_round``) and not yet applied."""
+    return [
+        index
+        for index, entry in enumerate(plan)
+        if entry.join and entry.at_round <= ring_round and index not in applied
+    ]

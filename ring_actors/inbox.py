@@ -49,9 +49,9 @@ class Inbox:
                 newest[p.sender] = p
         return sorted(newest.values(), key=lambda p: p.sender)
 
-    def senders_at(self, kind: str, round_: int) -> set[int]:
+    def count(self, kind: str) -> int:
         with self._cond:
-            return {p.sender for p in self._items if p.kind == kind and p.round == round_}
+            return sum(1 for p in self._items if p.kind == kind)
 
     def wait(self, ready: Callable[[], bool], timeout: float, tick: Callable[[], None]) -> bool:
         """Block until ``ready()`` or ``timeout`` seconds; ``tick`` runs between short waits."""

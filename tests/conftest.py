@@ -23,7 +23,10 @@ def ray_local():
     import ray
 
     ray.init(
-        num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+        num_cpus=2,
+        num_gpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
         configure_logging=False,
     )
     yield ray

@@ -21,8 +21,19 @@ from tests.conftest import needs_data, small_config
 pytestmark = [needs_data, pytest.mark.slow]
 
 SUMMARY_KEYS = {
-    "algorithm", "dataset", "clients", "rounds_completed", "mode", "local_acc", "global_acc",
-    "bytes_per_hop", "hops", "events", "wall_s", "samples_per_s", "mlflow",
+    "algorithm",
+    "dataset",
+    "clients",
+    "rounds_completed",
+    "mode",
+    "local_acc",
+    "global_acc",
+    "bytes_per_hop",
+    "hops",
+    "events",
+    "wall_s",
+    "samples_per_s",
+    "mlflow",
 }
 
 
@@ -41,7 +52,7 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
     assert summary["bytes_per_hop"] == model_bytes
     assert summary["hops"] == 4 * 3
 
-    assert SUMMARY_KEYS <= set(json.loads((out / "summary.json").read_text()))
+    assert set(json.loads((out / "summary.json").read_text())) >= SUMMARY_KEYS
     assert config_from_dict(yaml.safe_load((out / "config.yaml").read_text())) == config
     metrics = pq.read_table(out / "metrics.parquet").to_pylist()
     assert sorted((r["client"], r["round"]) for r in metrics) == [
@@ -134,3 +145,23 @@ def test_crashed_client_is_bypassed_and_nothing_is_lost(ray_local, tmp_path):
     assert summary["events"]["bypasses"] == 1
     assert summary["events"]["lost_payloads"] == 0
     assert "2" in summary["local_acc"]["per_client"]  # the dead client's last metrics remain
+
+
+def test_late_joiners_are_spliced_in_and_initialised_from_their_predecessor(ray_local, tmp_path):
+    config = small_config(
+        tmp_path, "clients.count=3", "experiment.rounds=5", "faults=[{at_round: 2, join: 1}]"
+    )
+    out = tmp_path / "out"
+    summary = run_experiment(config, out, progress=False)
+    assert summary["events"]["joins"] == 1
+    assert sorted(summary["ring_order"]) == [0, 1, 2, 3]
+    assert summary["rounds_completed"] == 5
+    events = pq.read_table(out / "events.parquet").to_pylist()
+    assert [e["client"] for e in events if e["kind"] == "join_initialised"] == [3]
+    rows = sorted(
+        (r["round"], r["local_acc"])
+        for r in pq.read_table(out / "metrics.parquet").to_pylist()
+        if r["client"] == 3
+    )
+    assert rows[0][0] >= 2 and rows[-1][0] == 4
+    assert rows[-1][1] > 0.8

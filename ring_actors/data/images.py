@@ -31,7 +31,7 @@ class LabelledImages:
         std: tuple[float, ...],
         device: torch.device | str = "cpu",
     ) -> LabelledImages:
-        """Copy numpy arrays (e.g. zero-copy views from Ray's object store) onto ``device``."""
+        """Tensors on ``device`` from numpy arrays (shared, not copied, when already on the CPU)."""
         channels = x.shape[1]
         return cls(
             x=torch.as_tensor(np.ascontiguousarray(x), device=device),
