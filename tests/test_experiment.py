@@ -165,3 +165,16 @@ def test_late_joiners_are_spliced_in_and_initialised_from_their_predecessor(ray_
     )
     assert rows[0][0] >= 2 and rows[-1][0] == 4
     assert rows[-1][1] > 0.8
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_drdfl_ring_learns_and_sends_only_its_shared_part(ray_local, tmp_path, mode):
+    config = small_config(
+        tmp_path, "algorithm.name=drdfl", "algorithm.lr=0.001", f"schedule.mode={mode}"
+    )
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    assert summary["rounds_completed"] == 3
+    assert summary["local_acc"]["mean"] > 0.8  # two classes per client: chance is 0.5
+    assert summary["events"]["lost_payloads"] == 0
+    # Learngene plus class statistics: about 0.58 M float32 values, far below the whole model.
+    assert 0.5e6 * 4 < summary["bytes_per_hop"] < 0.65e6 * 4
