@@ -17,7 +17,7 @@ from ring_actors.config import Config
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import DatasetArrays
-from ring_actors.faults import slow_delay
+from ring_actors.faults import slow_delay, strike
 from ring_actors.inbox import Inbox
 from ring_actors.membership import View
 from ring_actors.protocol import Payload, PayloadError, detach_to_cpu
@@ -242,6 +242,7 @@ class ClientActor:
         )
 
     def _run_round(self, round_: int) -> None:
+        strike(self.config.faults, self.id, round_)
         started = time.monotonic()
         received = self._gather(round_)
         if received:

@@ -137,25 +137,36 @@ class RaySection:
     address: str | None = None
 
 
+FAULT_ACTIONS = ("crash", "hang", "slow", "join")
+
+
 @dataclass(frozen=True)
 class FaultSection:
     """One fault-plan entry, applied once the ring reaches ``at_round``.
 
-    ``slow``: these clients sleep ``delay_s`` every round from then on. ``join``: that many
-    new clients (with data partitions of their own) are spliced into the running ring.
+    ``crash``: these clients' processes exit at the start of that round. ``hang``: they freeze
+    (the whole process, heartbeats included) for ``for_s`` seconds. ``slow``: they sleep
+    ``delay_s`` every round from then on. ``join``: that many new clients (with data
+    partitions of their own) are spliced into the running ring.
     """
 
     at_round: int
+    crash: tuple[int, ...] = ()
+    hang: tuple[int, ...] = ()
+    for_s: float = 0.0
     slow: tuple[int, ...] = ()
     delay_s: float = 0.0
     join: int = 0
 
     def __post_init__(self) -> None:
         _check(self.at_round >= 0, "faults[].at_round", "an int >= 0", self.at_round)
-        actions = [name for name in ("slow", "join") if getattr(self, name)]
-        _check(len(actions) == 1, "faults[]", "an entry with exactly one of: slow, join")
+        actions = [name for name in FAULT_ACTIONS if getattr(self, name)]
+        allowed = "an entry with exactly one of: " + ", ".join(FAULT_ACTIONS)
+        _check(len(actions) == 1, "faults[]", allowed, actions)
         if self.slow:
             _check(self.delay_s > 0, "faults[].delay_s", "a number > 0", self.delay_s)
+        if self.hang:
+            _check(self.for_s > 0, "faults[].for_s", "a number > 0", self.for_s)
         _check(self.join >= 0, "faults[].join", "an int >= 0 (clients joining)", self.join)
 
 
@@ -174,8 +185,10 @@ class Config:
 
     def __post_init__(self) -> None:
         for entry in self.faults:
-            bad = [c for c in entry.slow if not 0 <= c < self.total_clients]
-            _check(not bad, "faults[].slow", f"client ids in [0, {self.total_clients})", bad)
+            for action in ("crash", "hang", "slow"):
+                bad = [c for c in getattr(entry, action) if not 0 <= c < self.total_clients]
+                ids = f"client ids in [0, {self.total_clients})"
+                _check(not bad, f"faults[].{action}", ids, bad)
 
     @property
     def total_clients(self) -> int:

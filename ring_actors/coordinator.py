@@ -47,6 +47,7 @@ class Coordinator:
         self.probes: dict[int, tuple[ray.ObjectRef, float]] = {}
         self.next_probe: dict[int, float] = {}
         self.suspects: set[int] = set()
+        self.hung: set[int] = set()  # bypassed for silence, not death: may come back
         self.broadcast_epoch = -1
 
         name = config.tracking.experiment or config.experiment.name
@@ -105,6 +106,8 @@ class Coordinator:
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         with self.lock:
+            if client_id in self.hung and not self.table.is_live(client_id):
+                self._rejoin(client_id)
             self.table.seen(client_id, round_)
             if client_id in self.by_round[round_]:
                 return  # idempotent under retries
@@ -186,6 +189,7 @@ class Coordinator:
             elif now - sent_at > self.config.schedule.hop_timeout_s:
                 del self.probes[client_id]
                 self._mark_dead(client_id, "hang", "no heartbeat answer")
+                self.hung.add(client_id)
 
     def _start_probes(self) -> None:
         """STEP 2: at most one probe per member, on a jittered period; suspects at once."""
@@ -227,6 +231,15 @@ class Coordinator:
             round_ = self.table.members[client_id].last_round
             self._event(cause, client_id, round_, detail)
             self._event("bypass", client_id, round_, f"ring now {self.table.live}")
+
+    def _rejoin(self, client_id: int) -> None:
+        """A member bypassed as hung is back, with its private state: splice it in again."""
+        after = random.Random(self.table.epoch).choice(self.table.live)
+        self.table.revive(client_id, after)
+        self.hung.discard(client_id)
+        self.probes.pop(client_id, None)
+        round_ = self.table.members[client_id].last_round
+        self._event("rejoin", client_id, round_, f"spliced in after {after}")
 
     def _event(self, kind: str, client_id: int, round_: int, detail: str) -> None:
         self.events.append(
@@ -290,9 +303,11 @@ class Coordinator:
             "hops": hops,
             "bytes_total": sent,
             "events": {
-                "crashes": kinds.count("crash") + kinds.count("hang"),
+                "crashes": kinds.count("crash"),
+                "hangs": kinds.count("hang"),
                 "bypasses": kinds.count("bypass"),
                 "joins": kinds.count("join"),
+                "rejoins": kinds.count("rejoin"),
                 "lost_payloads": sum(d["lost"] for d in self.done.values()),
             },
             "wall_s": wall_s,

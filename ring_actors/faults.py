@@ -1,10 +1,30 @@
-"""The fault plan: which injected faults apply to a client at a round."""
+"""The fault plan: which injected faults apply to a client at a round, and how they strike."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from collections.abc import Sequence
 
 from ring_actors.config import FaultSection
+
+
+def strike(plan: Sequence[FaultSection], client_id: int, round_: int) -> None:
+    """Crash or freeze this process if the plan says so for ``round_``.
+
+    A crash is a real process exit; a hang stops the whole process (so heartbeats go
+    unanswered too) and a detached ``sh`` resumes it after ``for_s`` seconds.
+    """
+    for entry in plan:
+        if entry.at_round != round_:
+            continue
+        if client_id in entry.crash:
+            os._exit(1)
+        if client_id in entry.hang:
+            pid = os.getpid()
+            subprocess.Popen(["sh", "-c", f"sleep {entry.for_s}; kill -CONT {pid}"])
+            os.kill(pid, signal.SIGSTOP)
 
 
 def slow_delay(plan: Sequence[FaultSection], client_id: int, round_: int) -> float:

@@ -68,6 +68,16 @@ class MembershipTable:
             self.epoch += 1
         return changed
 
+    def revive(self, client_id: int, after: int) -> None:
+        """A member declared dead answered again: splice it back in after ``after``."""
+        member = self.members[client_id]
+        if member.state != MemberState.DEAD:
+            return
+        member.state = MemberState.RUNNING
+        self.order.remove(client_id)
+        self.order.insert(self.order.index(after) + 1, client_id)
+        self.epoch += 1
+
     def is_live(self, client_id: int) -> bool:
         """Live members take part in the ring (a finished member still receives)."""
         return self.members[client_id].state != MemberState.DEAD

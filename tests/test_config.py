@@ -281,7 +281,10 @@ def test_faults_client_ids_checked_against_the_configured_count():
     ("entry", "key"),
     [
         ("{at_round: -1, slow: [0], delay_s: 1}", "faults[].at_round"),
-        ("{at_round: 1, slow: [], delay_s: 1}", "faults[].slow"),
+        ("{at_round: 1, slow: [], delay_s: 1}", "faults[]: must be an entry with exactly one"),
+        ("{at_round: 1, crash: [0], join: 2}", "faults[]: must be an entry with exactly one"),
+        ("{at_round: 1, hang: [0]}", "faults[].for_s"),
+        ("{at_round: 1, crash: [9]}", "faults[].crash"),
         ("{at_round: 1, slow: [0], delay_s: 0}", "faults[].delay_s"),
         ("{at_round: 1, slow: [x], delay_s: 1}", "faults[0].slow[0]"),
     ],

@@ -46,7 +46,14 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
     assert summary["rounds_completed"] == 3
     assert summary["local_acc"]["mean"] > 0.8
     assert set(summary["local_acc"]["per_client"]) == {"0", "1", "2", "3"}
-    assert summary["events"] == {"crashes": 0, "bypasses": 0, "joins": 0, "lost_payloads": 0}
+    assert summary["events"] == {
+        "crashes": 0,
+        "hangs": 0,
+        "bypasses": 0,
+        "joins": 0,
+        "rejoins": 0,
+        "lost_payloads": 0,
+    }
     model = build_backbone("cnn", (1, 28, 28), 10)
     model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     assert summary["bytes_per_hop"] == model_bytes
@@ -178,3 +185,28 @@ def test_drdfl_ring_learns_and_sends_only_its_shared_part(ray_local, tmp_path, m
     assert summary["events"]["lost_payloads"] == 0
     # Learngene plus class statistics: about 0.58 M float32 values, far below the whole model.
     assert 0.5e6 * 4 < summary["bytes_per_hop"] < 0.65e6 * 4
+
+
+def test_fault_plan_crash_and_hang_are_bypassed_and_the_hung_client_rejoins(ray_local, tmp_path):
+    config = small_config(
+        tmp_path,
+        "experiment.rounds=9",
+        "schedule.hop_timeout_s=4",
+        "schedule.heartbeat_s=0.5",
+        "faults=[{at_round: 2, crash: [1]}, {at_round: 2, hang: [3], for_s: 7}]",
+    )
+    out = tmp_path / "out"
+    summary = run_experiment(config, out, progress=False)
+    events = summary["events"]
+    assert (events["crashes"], events["hangs"], events["bypasses"]) == (1, 1, 2)
+    assert events["rejoins"] == 1
+    assert events["lost_payloads"] == 0
+    assert sorted(summary["ring_order"]) == [0, 2, 3]  # the crashed one stays out
+    assert summary["rounds_completed"] == 9
+    rows = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert max(r["round"] for r in rows if r["client"] == 3) == 8  # the hung one finished
+    assert "1" in summary["local_acc"]["per_client"]  # what the crashed one reported stays
+    assert any(
+        e["kind"] == "stale_payload_dropped"
+        for e in pq.read_table(out / "events.parquet").to_pylist()
+    )
