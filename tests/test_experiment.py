@@ -206,7 +206,3 @@ def test_fault_plan_crash_and_hang_are_bypassed_and_the_hung_client_rejoins(ray_
     rows = pq.read_table(out / "metrics.parquet").to_pylist()
     assert max(r["round"] for r in rows if r["client"] == 3) == 8  # the hung one finished
     assert "1" in summary["local_acc"]["per_client"]  # what the crashed one reported stays
-    assert any(
-        e["kind"] == "stale_payload_dropped"
-        for e in pq.read_table(out / "events.parquet").to_pylist()
-    )
