@@ -18,7 +18,7 @@ from ring_actors.client import ClientActor
 from ring_actors.config import Config
 from ring_actors.coordinator import Coordinator
 from ring_actors.data.partition import ClientSplit, split_clients
-from ring_actors.data.sources import load_dataset
+from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.faults import joins_due
 from ring_actors.tracking import resolve_tracking_uri
 
@@ -88,6 +88,22 @@ def default_output_dir(config: Config) -> Path:
     return Path("runs") / f"{config.experiment.name}-{config.algorithm.name}-{stamp}"
 
 
+def split_for(config: Config, dataset: DatasetArrays) -> list[ClientSplit]:
+    """Every client's train and test indices, late joiners included, as the config says."""
+    part = config.data.partition
+    return split_clients(
+        dataset.train_y,
+        dataset.test_y,
+        config.total_clients,
+        part.kind,
+        beta=part.beta,
+        classes_per_client=part.classes_per_client,
+        min_size=part.min_size,
+        max_train_per_client=config.data.max_train_per_client,
+        seed=config.experiment.seed,
+    )
+
+
 def global_test_indices(splits: list[ClientSplit], cap: int | None, seed: int) -> np.ndarray:
     """The Global-T set: the union of all clients' test splits, or a seeded subset of it."""
     union = np.sort(np.concatenate([s.test for s in splits]))
@@ -100,19 +116,10 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
     """Load and split the data once, put it in the object store, and start every actor."""
     output_dir = (output_dir or default_output_dir(config)).resolve()
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
-    part, seed = config.data.partition, config.experiment.seed
-    splits = split_clients(
-        dataset.train_y,
-        dataset.test_y,
-        config.total_clients,  # late joiners get partitions of their own
-        part.kind,
-        beta=part.beta,
-        classes_per_client=part.classes_per_client,
-        min_size=part.min_size,
-        max_train_per_client=config.data.max_train_per_client,
-        seed=seed,
+    splits = split_for(config, dataset)
+    global_test = global_test_indices(
+        splits, config.eval.global_max_samples, config.experiment.seed
     )
-    global_test = global_test_indices(splits, config.eval.global_max_samples, seed)
     connect_ray(config.ray.address)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
 
