@@ -88,6 +88,8 @@ class ClientActor:
             shared_seed=seed,
         )
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.options, task)
+        # Every client runs the same method: if ours sends nothing, nobody does, so never wait.
+        self.shares = bool(self.algorithm.shared_state())
 
         self.inbox = Inbox()
         self.lock = threading.Lock()
@@ -229,7 +231,7 @@ class ClientActor:
 
     def _initialise_from_hand_off(self) -> None:
         """Run ``init_from`` on the hand-off; a method that shares nothing needs none."""
-        if not self.algorithm.shared_state():
+        if not self.shares:
             return
         timeout = self.config.schedule.hop_timeout_s
         if not self.inbox.wait(lambda: self.inbox.count(INIT) > 0, timeout, self._poll_in_flight):
@@ -288,7 +290,7 @@ class ClientActor:
             newest = self.inbox.newest
             return all(newest.get(p, -1) >= round_ - 1 - lag for p in self.view.predecessors)
 
-        must_wait = round_ > 0 and self.view.predecessors
+        must_wait = round_ > 0 and self.shares and self.view.predecessors
         if must_wait and not self.inbox.wait(ready, schedule.hop_timeout_s, self._poll_in_flight):
             self.coordinator.report_event.remote(
                 "wait_timeout", self.id, round_, f"waited {schedule.hop_timeout_s}s"

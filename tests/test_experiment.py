@@ -206,3 +206,15 @@ def test_fault_plan_crash_and_hang_are_bypassed_and_the_hung_client_rejoins(ray_
     rows = pq.read_table(out / "metrics.parquet").to_pylist()
     assert max(r["round"] for r in rows if r["client"] == 3) == 8  # the hung one finished
     assert "1" in summary["local_acc"]["per_client"]  # what the crashed one reported stays
+
+
+def test_a_method_that_shares_nothing_never_waits_for_peers(ray_local, tmp_path):
+    config = small_config(
+        tmp_path, "algorithm.name=local", "clients.count=3", "schedule.hop_timeout_s=60"
+    )
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    assert summary["rounds_completed"] == 3
+    assert summary["hops"] == 0 and summary["bytes_per_hop"] == 0
+    assert summary["wall_s"] < 60  # one wait for a payload that never comes would take 60 s
+    events = pq.read_table(tmp_path / "out" / "events.parquet").to_pylist()
+    assert not [e for e in events if e["kind"] == "wait_timeout"]
