@@ -1,0 +1,1 @@
+"""Runnable entry points and their YAML configs."""

@@ -1,0 +1,1 @@
+"""Ring-topology decentralized federated learning on Ray actors."""
