@@ -2,7 +2,7 @@
 
     RING_ACTORS_DATA=../shared/datasets python -m benchmarks.overhead --clients 2 4 --repeats 3
 
-Both sides train the same FedAvg CNN on the same Fashion-MNIST partition (``split_clients``,
+Both sides train the same FedAvg CNN on the same Fashion-MNIST partition (``split_for``,
 shard, 2 classes per client), with the same seeds, batch size, local epochs, rounds and final
 Local-T / Global-T evaluation, on the same cores:
 
@@ -173,24 +173,13 @@ def plain_worker(client_id: int, config, threads: int, barrier, results) -> None
     from ring_actors.algorithms.base import TaskSpec
     from ring_actors.algorithms.local import Local
     from ring_actors.data.images import LabelledImages
-    from ring_actors.data.partition import split_clients
     from ring_actors.data.sources import load_dataset
-    from ring_actors.experiment import global_test_indices
+    from ring_actors.experiment import global_test_indices, split_for
 
     torch.set_num_threads(threads)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
-    part, seed = config.data.partition, config.experiment.seed
-    splits = split_clients(
-        dataset.train_y,
-        dataset.test_y,
-        config.clients.count,
-        part.kind,
-        beta=part.beta,
-        classes_per_client=part.classes_per_client,
-        min_size=part.min_size,
-        max_train_per_client=config.data.max_train_per_client,
-        seed=seed,
-    )
+    seed = config.experiment.seed
+    splits = split_for(config, dataset)
     global_test = global_test_indices(splits, config.eval.global_max_samples, seed)
     split = splits[client_id]
 
