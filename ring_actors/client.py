@@ -88,8 +88,10 @@ class ClientActor:
             shared_seed=seed,
         )
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.options, task)
-        # Every client runs the same method: if ours sends nothing, nobody does, so never wait.
-        self.shares = bool(self.algorithm.shared_state())
+        # Every client runs the same method: what ours shares is what a valid payload holds,
+        # and if it shares nothing, nobody sends, so a client never waits.
+        self.expected = {k: tuple(v.shape) for k, v in self.algorithm.shared_state().items()}
+        self.shares = bool(self.expected)
 
         self.inbox = Inbox()
         self.lock = threading.Lock()
@@ -127,7 +129,7 @@ class ClientActor:
         try:
             if not isinstance(payload, Payload):
                 raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
-            payload.validate()
+            payload.validate(self.expected)
         except PayloadError as err:
             log.warning("client %d rejected a payload: %s", self.id, err)
             self.rejected += 1

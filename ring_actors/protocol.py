@@ -39,10 +39,25 @@ class Payload:
         """Bytes of tensor data carried: the communication cost of this hop."""
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
-    def validate(self) -> None:
-        """Raise :class:`PayloadError` unless every field is well-formed and every value finite."""
+    def validate(self, expected: dict[str, tuple[int, ...]] | None = None) -> None:
+        """Raise :class:`PayloadError` unless every field is well-formed and every value finite.
+
+        ``expected`` maps tensor names to shapes: what the receiver's method can merge.
+        """
         if not isinstance(self.tensors, dict) or not self.tensors:
             raise PayloadError(f"payload from {self.sender}: tensors must be a non-empty dict")
+        if expected is not None:
+            shapes = {
+                k: tuple(v.shape) for k, v in self.tensors.items() if isinstance(v, torch.Tensor)
+            }
+            if shapes != expected:
+                wrong = sorted(set(shapes) ^ set(expected)) or sorted(
+                    k for k in shapes if shapes[k] != expected[k]
+                )
+                raise PayloadError(
+                    f"payload from {self.sender}: tensors do not match this method's shared "
+                    f"state (first differences: {wrong[:3]})"
+                )
         for name, tensor in self.tensors.items():
             if not isinstance(tensor, torch.Tensor):
                 raise PayloadError(f"payload from {self.sender}: {name!r} is not a tensor")

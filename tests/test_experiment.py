@@ -119,14 +119,18 @@ def test_receiver_rejects_malformed_payloads_and_drops_duplicates(ray_local, tmp
     experiment = launch(small_config(tmp_path), tmp_path / "out")
     try:
         client = experiment.clients[1]
-        good = Payload(0, 0, 0, 0, {"w": torch.ones(3)}, num_samples=10)
-        bad = Payload(0, 1, 0, 1, {"w": torch.tensor([1.0, float("nan")])}, num_samples=10)
+        state = dict(build_backbone("cnn", (1, 28, 28), 10).state_dict())
+        good = Payload(0, 0, 0, 0, state, num_samples=10)
+        poisoned = dict(state, **{"head.bias": torch.full((10,), float("nan"))})
+        bad = Payload(0, 1, 0, 1, poisoned, num_samples=10)
+        wrong_keys = Payload(0, 2, 0, 2, {"w": torch.ones(3)}, num_samples=10)
         assert ray.get(client.receive.remote(bad)) is False
+        assert ray.get(client.receive.remote(wrong_keys)) is False
         assert ray.get(client.receive.remote("not a payload")) is False
         assert ray.get(client.receive.remote(good)) is True
         assert ray.get(client.receive.remote(good)) is True  # a re-send: acknowledged again...
         stats = ray.get(client.stats.remote())
-        assert stats["rejected"] == 2
+        assert stats["rejected"] == 3
         assert stats["inbox"] == 1  # ...but queued once, and the rejected ones not at all
     finally:
         shutdown(experiment)

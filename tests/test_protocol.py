@@ -103,3 +103,12 @@ def test_detach_to_cpu_of_a_state_dict_survives_training_steps():
     for name, value in copies.items():
         assert torch.equal(value, before[name])
         assert not torch.equal(value, model.state_dict()[name])
+
+
+def test_validate_rejects_tensors_the_receiver_cannot_merge():
+    payload = Payload(0, 0, 0, 0, {"a": torch.zeros(2, 3), "b": torch.zeros(4)})
+    payload.validate({"a": (2, 3), "b": (4,)})
+    with pytest.raises(PayloadError, match="do not match"):
+        payload.validate({"a": (2, 3)})
+    with pytest.raises(PayloadError, match="'b'"):
+        payload.validate({"a": (2, 3), "b": (5,)})
