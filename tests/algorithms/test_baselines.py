@@ -10,8 +10,8 @@ from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.dfedavg import DFedAvg
 from ring_actors.algorithms.local import Local
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
-from ring_actors.data.images import LabelledImages
 from ring_actors.protocol import Payload, detach_to_cpu
+from tests.algorithms.synthetic import separable
 
 CPU = torch.device("cpu")
 SHAPE = (1, 16, 16)  # small images keep the CNN fast on two cores
@@ -27,17 +27,6 @@ def make(cls=DFedAvg, shape=SHAPE, seed=1, shared_seed=0, **options):
 
 def payload(algo: Algorithm, sender: int = 0) -> Payload:
     return Payload(sender, 0, 0, 0, detach_to_cpu(algo.shared_state()))
-
-
-def separable(n=128, classes=4, shape=SHAPE, seed=0) -> LabelledImages:
-    """Each class lights up its own horizontal band of the image, plus noise."""
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % classes
-    x = torch.randint(0, 60, (n, *shape), generator=g)
-    band = shape[1] // classes
-    for k in range(classes):
-        x[y == k, :, k * band : (k + 1) * band] += 180
-    return LabelledImages.from_arrays(x.to(torch.uint8).numpy(), y.numpy(), (0.3,), (0.3,))
 
 
 def perturb(algo: Algorithm, seed: int) -> None:
@@ -190,7 +179,7 @@ def test_set_shared_raises_key_error_naming_missing_keys():
 
 def test_evaluate_matches_a_hand_computation_from_predict():
     algo = make(shared_seed=4)
-    data = separable(n=300)  # more than one evaluation batch of 256
+    data = separable(shape=SHAPE, n=300)  # more than one evaluation batch of 256
     result = algo.evaluate(data)
     assert set(result) == {"acc"}
     assert 0.0 <= result["acc"] <= 1.0
@@ -202,7 +191,7 @@ def test_evaluate_matches_a_hand_computation_from_predict():
 
 def test_evaluate_with_a_constant_head():
     algo = make()
-    data = separable(n=40)
+    data = separable(shape=SHAPE, n=40)
     with torch.no_grad():
         algo.model.head.weight.zero_()
         algo.model.head.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
@@ -211,7 +200,7 @@ def test_evaluate_with_a_constant_head():
 
 def test_train_rounds_lower_the_loss_and_beat_chance():
     algo = make(Local, shared_seed=0, lr=1e-3)
-    data = separable(n=96)
+    data = separable(shape=SHAPE, n=96)
     before = algo.evaluate(data)["acc"]
     losses = [algo.train_round(data)["loss"] for _ in range(3)]
     after = algo.evaluate(data)["acc"]
@@ -224,7 +213,7 @@ def test_train_rounds_lower_the_loss_and_beat_chance():
 def test_train_round_runs_local_epochs_and_changes_weights():
     algo = DFedAvg(AlgorithmOptions(), make_task(epochs=2, batch=64))
     weight = algo.model.head.weight.detach().clone()
-    out = algo.train_round(separable(n=64))
+    out = algo.train_round(separable(shape=SHAPE, n=64))
     assert set(out) == {"loss"}
     assert not torch.equal(algo.model.head.weight, weight)
     assert algo.optimizer.state[algo.model.head.weight]["step"] == 2  # 2 epochs x 1 batch

@@ -20,8 +20,8 @@ from ring_actors.algorithms.drdfl import (
     kl_standard_normal,
     uniform_cross_entropy,
 )
-from ring_actors.data.images import LabelledImages
 from ring_actors.protocol import Payload, detach_to_cpu
+from tests.algorithms.synthetic import separable
 
 CPU = torch.device("cpu")
 SMALL = {"latent_personal": 8, "latent_learngene": 8}
@@ -38,19 +38,6 @@ def make(shape=(1, 28, 28), classes=4, seed=1, epochs=1, **options) -> DRDFL:
 
 def payload(algo: DRDFL, sender: int = 0) -> Payload:
     return Payload(sender, 0, 0, 0, detach_to_cpu(algo.shared_state()))
-
-
-def separable(n=128, classes=4, shape=(1, 28, 28), seed=0) -> LabelledImages:
-    """Each class lights up its own horizontal band of the image, plus noise."""
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % classes
-    x = torch.randint(0, 60, (n, *shape), generator=g)
-    band = shape[1] // classes
-    for k in range(classes):
-        x[y == k, :, k * band : (k + 1) * band] += 180
-    c = shape[0]
-    mean, std = torch.full((1, c, 1, 1), 0.3), torch.full((1, c, 1, 1), 0.3)
-    return LabelledImages(x.to(torch.uint8), y, mean, std)
 
 
 # ---- pure loss functions -------------------------------------------------------------------
