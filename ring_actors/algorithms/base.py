@@ -47,10 +47,22 @@ class TaskSpec:
 class Algorithm(ABC):
     """A federated method as seen by one client.
 
-    The runtime calls, each round: ``merge`` with what arrived, ``train_round``, ``evaluate``
-    every few rounds, then ships ``shared_state()`` to the topology's out-neighbours. A late
-    joiner is initialised once with ``init_from``. Nothing here knows about Ray, so methods are
-    unit-testable on their own.
+    Every method uses the same round, and the runtime carries every exchange the same way:
+
+    1. **merge** what the in-neighbours sent after the previous round. By default they pushed
+       their whole ``shared_state()``. A method whose ``offer()`` returns a summary has it
+       pushed instead; ``decide`` then names the keys to pull from each offering peer, and
+       ``merge`` gets the pulled parts (offer/decide: bytes are only spent where asked for).
+    2. **train_round** on the private data.
+    3. **ring laps**: for each name in ``laps(round)`` a token travels once around the live
+       ring, every client adds ``contribute(...)`` into it key by key, and a second lap hands
+       the total to everyone through ``apply_lap``. Sums with weights give exact averages;
+       disjoint keys give an all-gather.
+    4. **evaluate** every few rounds, then publish ``shared_state()`` (push or offer).
+
+    A late joiner is initialised once with ``init_from`` on what its predecessor's
+    ``hand_off_state()`` held. Nothing here knows about Ray, so methods are unit-testable
+    on their own.
     """
 
     Options: ClassVar[type[AlgorithmOptions]] = AlgorithmOptions
@@ -75,6 +87,40 @@ class Algorithm(ABC):
     @abstractmethod
     def predict(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Logits of every prediction path, keyed by metric name; ``acc`` is the primary one."""
+
+    def offer(self) -> dict[str, torch.Tensor] | None:
+        """A small summary pushed instead of the whole shared state, or None to push it all."""
+        return None
+
+    def decide(self, offers: list[Payload]) -> dict[int, tuple[str, ...]]:
+        """Keys of ``shared_state()`` to pull from each offering sender (by sender id).
+
+        Only called for methods whose ``offer`` is not None; senders left out cost nothing.
+        """
+        return {p.sender: () for p in offers}
+
+    def laps(self, round_: int) -> tuple[str, ...]:
+        """Names of the ring laps after training in ``round_``; the same on every client."""
+        return ()
+
+    def contribute(self, lap: str, round_: int) -> dict[str, torch.Tensor]:
+        """What this client adds into the lap's token; keys new to the token are inserted.
+
+        Returning pre-weighted sums with their weights under other keys (for example
+        ``w*theta`` and ``w``) makes the total an exact weighted average over contributors.
+        An empty dict takes part without contributing (a client not sampled this round).
+        """
+        return {}
+
+    def apply_lap(
+        self, lap: str, round_: int, total: dict[str, torch.Tensor], contributors: list[int]
+    ) -> None:
+        """Use the lap's key-wise total over ``contributors`` (every client gets the same)."""
+        raise NotImplementedError(f"{type(self).__name__} runs laps but does not apply them")
+
+    def hand_off_state(self) -> dict[str, torch.Tensor]:
+        """What a newcomer spliced in after this client is handed (default: the shared state)."""
+        return self.shared_state()
 
     def set_shared(self, tensors: dict[str, torch.Tensor]) -> None:
         """Overwrite the shared part with ``tensors`` (a newcomer copies what it is handed)."""

@@ -1,4 +1,4 @@
-"""The paper-reproduction configs: valid, at the papers' settings, covering every table cell.
+"""The DRDFL paper-reproduction configs: valid, at the papers' settings, covering every cell.
 
 Fast and Ray-free: configs are loaded and validated, partitions are drawn on synthetic labels
 with each dataset's real class counts, and DRDFL is built at the paper scale on the CPU.
@@ -18,7 +18,7 @@ from ring_actors.config import Config, load_config
 from ring_actors.data.partition import split_clients
 
 PAPER_DIR = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "paper"
-PATHS = sorted(PAPER_DIR.glob("*.yaml"))
+PATHS = sorted(PAPER_DIR.glob("drdfl-*.yaml"))
 IDS = [p.stem for p in PATHS]
 
 NUM_CLASSES = {"svhn": 10, "cifar10": 10, "cifar100": 100}
