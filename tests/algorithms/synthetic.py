@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ring_actors.data.images import LabelledImages
+from ring_actors.laps import accumulate
 
 
 def separable(n=128, classes=4, shape=(1, 28, 28), seed=0) -> LabelledImages:
@@ -19,3 +20,17 @@ def separable(n=128, classes=4, shape=(1, 28, 28), seed=0) -> LabelledImages:
     return LabelledImages.from_arrays(
         x.to(torch.uint8).numpy(), y.numpy(), (0.3,) * channels, (0.3,) * channels
     )
+
+
+def run_laps(algorithms: list, round_: int) -> None:
+    """Run a round's ring laps over ``algorithms`` (client i is index i) without Ray."""
+    for lap in algorithms[0].laps(round_):
+        total: dict = {}
+        contributors = []
+        for client, algorithm in enumerate(algorithms):
+            contribution = algorithm.contribute(lap, round_)
+            if contribution:
+                accumulate(total, contribution)
+                contributors.append(client)
+        for algorithm in algorithms:
+            algorithm.apply_lap(lap, round_, total, contributors)
