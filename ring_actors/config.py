@@ -43,6 +43,9 @@ class PartitionSection:
     beta: float = 0.5
     classes_per_client: int = 2
     min_size: int = 10
+    # Clients that join later draw from these classes: the same pool as the first clients,
+    # or the half of the classes the first clients never see (agnostic newcomers).
+    joiner_classes: Literal["all", "other_half"] = "all"
 
     def __post_init__(self) -> None:
         _check(self.beta > 0, "data.partition.beta", "a number > 0")
@@ -97,7 +100,18 @@ class AlgorithmSection:
 
 @dataclass(frozen=True)
 class TopologySection:
-    kind: Literal["ring"] = "ring"
+    """Who sends to whom among the live members; the coordinator owns the membership."""
+
+    kind: Literal["ring", "bidirectional_ring", "dynamic", "full", "exponential", "graph"] = "ring"
+    degree: int = 2  # dynamic: peers each client listens to per round
+    resample_every: int = 1  # dynamic: rounds between re-draws of the peer sets
+    edges: str | None = None  # graph: a file of "sender receiver" lines (client ids)
+
+    def __post_init__(self) -> None:
+        _check(self.degree >= 1, "topology.degree", "an int >= 1", self.degree)
+        _check(self.resample_every >= 1, "topology.resample_every", "an int >= 1")
+        if self.kind == "graph":
+            _check(self.edges is not None, "topology.edges", "a path when kind is 'graph'")
 
 
 @dataclass(frozen=True)
