@@ -3,8 +3,10 @@
     python -m benchmarks.compare --datasets fashion-mnist cifar10 \
         --partitions shard:2 dirichlet:0.3 --methods drdfl local dfedavg --rounds 20
 
-Prints a Markdown table (Local-T, Global-T, bytes per hop, wall time) and writes every
-summary to ``--out`` as JSON lines.
+A method may carry its own overrides after a colon, e.g.
+``drdfl:topology.kind=dynamic,topology.degree=2``. Prints a Markdown table (Local-T,
+Global-T, bytes per round per client and per hop, wall time) and writes every summary to
+``--out`` as JSON lines.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ def partition_overrides(spec: str) -> list[str]:
     elif kind == "dirichlet":
         overrides.append(f"data.partition.beta={value or 0.5}")
     return overrides
+
+
+def method_overrides(spec: str) -> list[str]:
+    """``name`` or ``name:key=value,key=value`` as config overrides."""
+    name, _, rest = spec.partition(":")
+    return [f"algorithm.name={name}", *[o for o in rest.split(",") if o]]
 
 
 def main() -> None:
@@ -57,14 +65,14 @@ def main() -> None:
                         f"data.max_train_per_client={args.max_train}",
                         *partition_overrides(partition),
                         f"clients.count={args.clients}",
-                        f"algorithm.name={method}",
+                        *method_overrides(method),
                         f"eval.every={args.eval_every}",
                         "eval.global_max_samples=2000",
                         *args.overrides,
                     ],
                 )
                 summary = run_experiment(config, progress=False)
-                record = {"partition": partition, **summary}
+                record = {"partition": partition, "method": method, **summary}
                 with args.out.open("a") as handle:
                     handle.write(json.dumps(record) + "\n")
                 rows.append(record)
@@ -73,17 +81,18 @@ def main() -> None:
 
 
 TABLE_HEADER = (
-    "| dataset | partition | method | Local-T (%) | Global-T (%) | bytes/hop | wall (s) |\n"
-    "|---|---|---|---|---|---|---|"
+    "| dataset | partition | method | Local-T (%) | Global-T (%) | MB/round/client "
+    "| bytes/hop | wall (s) |\n|---|---|---|---|---|---|---|---|"
 )
 
 
 def table_row(s: dict) -> str:
     local, global_ = s["local_acc"], s["global_acc"]
     return (
-        f"| {s['dataset']} | {s['partition']} | {s['algorithm']} "
+        f"| {s['dataset']} | {s['partition']} | {s.get('method', s['algorithm'])} "
         f"| {100 * local['mean']:.2f} ± {100 * local['std']:.2f} "
         f"| {100 * global_['mean']:.2f} ± {100 * global_['std']:.2f} "
+        f"| {s.get('mb_per_round_per_client', 0.0):.3f} "
         f"| {s['bytes_per_hop']:,.0f} | {s['wall_s']:.0f} |"
     )
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import ray
 import torch
-from ray.exceptions import RayActorError
 
 from ring_actors.algorithms import ALGORITHMS, TaskSpec
 from ring_actors.config import Config
@@ -20,23 +20,16 @@ from ring_actors.data.sources import DatasetArrays
 from ring_actors.faults import slow_delay, strike
 from ring_actors.inbox import Inbox
 from ring_actors.membership import View
+from ring_actors.outbox import Outbox
 from ring_actors.protocol import Payload, PayloadError, detach_to_cpu
+from ring_actors.ring_lap import LapResult, RingLaps, is_lap
+from topologies import build_topology
 
 log = logging.getLogger(__name__)
 
-SHARE = "share"  # point-to-point hand-over of the shared state after each round
+SHARE = "share"  # what a client publishes after each round: its shared state, or its offer
 INIT = "init"  # a predecessor's hand-off to a client that joins the ring
-
-
-@dataclass(eq=False)
-class InFlight:
-    """A sent payload kept until its receiver acknowledges it: nothing is dropped on failure."""
-
-    target: int
-    payload: Payload
-    ref: ray.ObjectRef
-    sent_at: float
-    reported: bool = False
+KEEP_PUBLISHED = 3  # rounds of published state kept for peers that pull late
 
 
 def pick_device(num_gpus: float) -> torch.device:
@@ -51,8 +44,10 @@ def pick_device(num_gpus: float) -> torch.device:
 class ClientActor:
     """Private data and model, a ``receive`` that only enqueues, and a training thread.
 
-    Actor methods are called on Ray's concurrency threads while the round loop runs on its
-    own thread, so ``receive``, ``ping`` and ``set_view`` answer at once even mid-training.
+    Actor methods run on Ray's concurrency threads while the round loop runs on its own
+    thread, so ``receive``, ``serve``, ``ping`` and ``set_view`` answer at once even
+    mid-training. Every exchange (pushes, offers and pulls, ring laps, hand-offs) is a
+    Payload on one channel or another, sent through one acknowledged outbox.
     """
 
     def __init__(
@@ -63,12 +58,12 @@ class ClientActor:
         split: ClientSplit,
         global_test: np.ndarray,
         coordinator: ray.actor.ActorHandle,
+        state_dir: str,
     ) -> None:
         self.id = client_id
         self.config = config
         self.coordinator = coordinator
-        threads = max(1, int(config.clients.num_cpus))
-        torch.set_num_threads(threads)  # many actors share few cores: never oversubscribe
+        torch.set_num_threads(max(1, int(config.clients.num_cpus)))  # never oversubscribe
         self.device = pick_device(config.clients.num_gpus)
 
         def images(x: np.ndarray, y: np.ndarray) -> LabelledImages:
@@ -88,23 +83,38 @@ class ClientActor:
             shared_seed=seed,
         )
         self.algorithm = ALGORITHMS[config.algorithm.name](config.algorithm.options, task)
-        # Every client runs the same method: what ours shares is what a valid payload holds,
-        # and if it shares nothing, nobody sends, so a client never waits.
-        self.expected = {k: tuple(v.shape) for k, v in self.algorithm.shared_state().items()}
-        self.shares = bool(self.expected)
+        self.topology = build_topology(config.topology, seed)
+        # Every client runs the same method, so what ours publishes is what a valid payload
+        # holds; if it publishes nothing, nobody sends and nobody waits.
+        offer = self.algorithm.offer()
+        self.offers = offer is not None
+        self.shared_shapes = _shapes(self.algorithm.shared_state())
+        self.expected = _shapes(offer) if offer is not None else self.shared_shapes
+        self.hand_off_tensors = detach_to_cpu(self.algorithm.hand_off_state())
 
         self.inbox = Inbox()
         self.lock = threading.Lock()
-        self.view = View(epoch=0, successors=(), predecessors=(), members=())
+        self.view = View(epoch=0, members=(), first_rounds=())
         self.handles: dict[int, ray.actor.ActorHandle] = {}
-        self.in_flight: list[InFlight] = []
-        self.last_payload: Payload | None = None
+        timeout = config.schedule.hop_timeout_s
+        self.outbox = Outbox(timeout, self._report_unreachable)
+        self.laps = RingLaps(self, timeout)
+        self.published: dict[int, dict[str, torch.Tensor]] = {}
+        self.last_push: Payload | None = None
+        self.pushed_to: set[int] = set()
+        self.first_round = 0
         self.round = -1  # the round in progress
         self.completed = -1  # the last round finished
-        self.bytes_sent = 0
-        self.hops = 0
         self.rejected = 0
         self.thread: threading.Thread | None = None
+        self.journal_entries: list[tuple] = []  # what we told the coordinator, for its recovery
+        self.checkpoint_path = Path(state_dir) / f"client-{client_id}.pt"
+        self.resumed_after = -1  # a restarted client does not re-enter its fatal round's fault
+        context = ray.get_runtime_context()
+        if context.was_current_actor_reconstructed:
+            restored = self._load_checkpoint()
+            node = context.get_node_id()
+            coordinator.rejoin.remote(client_id, context.current_actor, node, restored)
 
     # ---- actor API (called by peers and the coordinator) -------------------------------
 
@@ -112,6 +122,7 @@ class ClientActor:
         """Placement facts, returned once the actor is constructed."""
         return {
             "client": self.id,
+            "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "device": str(self.device),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
@@ -121,7 +132,7 @@ class ClientActor:
         }
 
     def receive(self, payload: Payload) -> bool:
-        """Validate and enqueue; never blocks on training.
+        """Validate and enqueue (or, for a ring lap, pass on); never blocks on training.
 
         True acknowledges the delivery (a duplicate re-send is acknowledged but not queued
         twice); False means rejected: malformed, non-finite, or from a bypassed member.
@@ -129,41 +140,78 @@ class ClientActor:
         try:
             if not isinstance(payload, Payload):
                 raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
-            payload.validate(self.expected)
+            payload.validate(self.expected if payload.kind == SHARE else None)
         except PayloadError as err:
             log.warning("client %d rejected a payload: %s", self.id, err)
             self.rejected += 1
-            self.coordinator.report_event.remote("payload_rejected", self.id, self.round, str(err))
+            self.event("payload_rejected", self.round, str(err))
             return False
         with self.lock:
             stale = payload.epoch < self.view.epoch and payload.sender not in self.view.members
         if stale:  # from a member that was bypassed: it must not touch the ring
-            self.coordinator.report_event.remote(
-                "stale_payload_dropped", self.id, self.round, f"from {payload.sender}"
-            )
+            self.event("stale_payload_dropped", self.round, f"from {payload.sender}")
             return False
+        if is_lap(payload):
+            ahead = payload.round >= self.first_round and payload.round > self.completed
+            if self.laps.on_receive(payload, runs_round=ahead):
+                return True
         self.inbox.put(payload)
         return True
 
-    def set_view(self, view: View, handles: dict[int, ray.actor.ActorHandle]) -> None:
-        """Adopt a newer membership view; re-send to new successors what they may lack.
+    def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
+        """The pulled part of what this client published after ``round_`` (or later)."""
+        with self.lock:
+            rounds = sorted(r for r in self.published if r >= round_)
+            if not rounds:
+                return None
+            state = self.published[rounds[0]]
+        payload = Payload(
+            self.id,
+            rounds[0],
+            self.view.epoch,
+            seq=rounds[0],
+            tensors={k: state[k] for k in keys if k in state},
+            num_samples=len(self.train),
+            kind="pulled",
+        )
+        self.outbox.count_served(payload)
+        return payload
 
-        A new successor gets the latest payload (it may have gone to a member that then
-        died) and every payload the old successors never acknowledged.
+    def lap_result(self, name: str, round_: int) -> LapResult | None:
+        """A finished lap's total, for a client whose result token was lost."""
+        return self.laps.result(name, round_)
+
+    def set_view(self, view: View, handles: dict[int, ray.actor.ActorHandle]) -> None:
+        """Adopt a newer membership view and re-route what the old one left undelivered.
+
+        Sends to members that are gone go to their replacements (a lap token to the new
+        successor), and every current out-neighbour gets the newest published payload.
         """
         with self.lock:
             if view.epoch <= self.view.epoch:
                 return  # idempotent: an old or repeated broadcast changes nothing
-            old = set(self.view.successors)
-            self.view, self.handles = view, dict(handles)
-            unacked = [f.payload for f in self.in_flight if f.target not in view.successors]
-            self.in_flight = [f for f in self.in_flight if f.target in view.successors]
-            resend = unacked + ([self.last_payload] if self.last_payload else [])
-            for target in view.successors:
-                if target in old:
-                    continue
-                for payload in {id(p): p for p in resend}.values():
-                    self._dispatch(target, payload)
+            self.view, self.handles = view, {**self.handles, **handles}
+        self.outbox.set_handles(handles)
+        pushes: list[Payload] = []
+        for flight in self.outbox.reroute(set(view.members)):
+            if is_lap(flight.payload):
+                successor = view.successor(self.id)
+                if successor is not None and successor not in flight.payload.meta["visited"]:
+                    self.outbox.send(successor, flight.payload)
+            elif flight.payload.kind == SHARE:
+                pushes.append(flight.payload)
+        with self.lock:
+            last = self.last_push
+            if last is not None:
+                pushes.append(last)
+                targets = set(self.topology.out_neighbours(view.members, self.id, last.round))
+                fresh = targets - self.pushed_to
+                self.pushed_to |= fresh
+            else:
+                fresh = set()
+        for target in sorted(fresh):
+            for payload in {id(p): p for p in pushes}.values():
+                self.outbox.send(target, payload)
 
     def stats(self) -> dict:
         """Counters for tests and debugging."""
@@ -173,8 +221,8 @@ class ClientActor:
             "epoch": self.view.epoch,
             "inbox": len(self.inbox),
             "rejected": self.rejected,
-            "hops": self.hops,
-            "bytes_sent": self.bytes_sent,
+            "hops": self.outbox.hops,
+            "bytes_sent": self.outbox.bytes_acked,
         }
 
     def start(self, first_round: int = 0, joining: bool = False) -> None:
@@ -183,36 +231,65 @@ class ClientActor:
         A joining client first waits for its predecessor's hand-off and initialises from it.
         """
         if self.thread is None:
+            if self.completed >= 0:  # restored from a checkpoint: skip the fault that killed us
+                self.resumed_after = first_round
+            self.first_round = first_round
+            self.completed = first_round - 1
             self.thread = threading.Thread(
-                target=self._run,
-                args=(first_round, joining),
-                name=f"client-{self.id}",
-                daemon=True,
+                target=self._run, args=(first_round, joining), name=f"client-{self.id}", daemon=True
             )
             self.thread.start()
 
     def hand_off(self, joiner: int, handle: ray.actor.ActorHandle) -> None:
-        """Give a newcomer what the method says it starts from: our latest shared state."""
+        """Give a newcomer what the method says it starts from (snapshotted each round)."""
         with self.lock:
-            latest = self.last_payload
-        tensors = latest.tensors if latest else detach_to_cpu(self.algorithm.shared_state())
+            tensors = self.hand_off_tensors
         if tensors:
-            round_ = latest.round if latest else self.completed
-            handle.receive.remote(
+            self.outbox.set_handles({joiner: handle})
+            self.outbox.send(
+                joiner,
                 Payload(
                     self.id,
-                    max(round_, 0),
+                    max(self.completed, 0),
                     self.view.epoch,
                     seq=-1,
                     tensors=tensors,
                     num_samples=len(self.train),
                     kind=INIT,
-                )
+                ),
             )
 
     def ping(self) -> int:
         """Heartbeat: the last round this client finished."""
         return self.completed
+
+    def journal(self) -> list[tuple]:
+        """Every report sent to the coordinator, for a restarted coordinator to replay."""
+        with self.lock:
+            return list(self.journal_entries)
+
+    # ---- the lap host interface ---------------------------------------------------------
+
+    @property
+    def current_view(self) -> View:
+        with self.lock:
+            return self.view
+
+    def send(self, target: int, payload: Payload) -> None:
+        self.outbox.send(target, payload)
+
+    def tick(self) -> None:
+        self.outbox.poll()
+
+    def event(self, kind: str, round_: int, detail: str = "") -> None:
+        self.coordinator.report_event.remote(kind, self.id, round_, detail)
+
+    def fetch_lap_result(self, leader: int, name: str, round_: int) -> LapResult | None:
+        try:
+            ref = self.handles[leader].lap_result.remote(name, round_)
+            return ray.get(ref, timeout=min(5.0, self.config.schedule.hop_timeout_s))
+        except (ray.exceptions.RayError, KeyError):
+            return None
 
     # ---- round loop ---------------------------------------------------------------------
 
@@ -224,133 +301,179 @@ class ClientActor:
                 self.round = round_
                 self._run_round(round_)
                 self.completed = round_
-            lost = self._drain()
-            self.coordinator.report_done.remote(self.id, lost, self.hops, self.bytes_sent)
+                self.laps.forget_before(round_ - 2)
+            lost = self.outbox.drain(3 * self.config.schedule.hop_timeout_s)
+            done = (lost, self.outbox.hops, self.outbox.bytes_acked)
+            with self.lock:
+                self.journal_entries.append(("done", *done))
+            self.coordinator.report_done.remote(self.id, *done)
         except Exception as err:  # reported as a value: one client's bug never stalls the ring
             log.exception("client %d failed", self.id)
-            self.coordinator.report_event.remote("client_error", self.id, self.round, repr(err))
+            self.event("client_error", self.round, repr(err))
             raise
 
     def _initialise_from_hand_off(self) -> None:
-        """Run ``init_from`` on the hand-off; a method that shares nothing needs none."""
-        if not self.shares:
+        """Run ``init_from`` on the hand-off; a method that hands nothing over needs none."""
+        if not self.hand_off_tensors:
             return
         timeout = self.config.schedule.hop_timeout_s
-        if not self.inbox.wait(lambda: self.inbox.count(INIT) > 0, timeout, self._poll_in_flight):
-            self.coordinator.report_event.remote("join_without_hand_off", self.id, -1, "")
+        if not self.inbox.wait(lambda: self.inbox.count(INIT) > 0, timeout, self.tick):
+            self.event("join_without_hand_off", -1)
             return
         (payload,) = self.inbox.take(INIT)[-1:]
         self.algorithm.init_from(payload.to(self.device))
-        self.coordinator.report_event.remote(
-            "join_initialised", self.id, payload.round, f"from {payload.sender}"
+        self.event(
+            "join_initialised", payload.round, f"{payload.nbytes} bytes from {payload.sender}"
         )
 
     def _run_round(self, round_: int) -> None:
-        strike(self.config.faults, self.id, round_)
+        if round_ > self.resumed_after:
+            strike(self.config.faults, self.id, round_)
         started = time.monotonic()
+        bytes_before = self.outbox.bytes_dispatched
         received = self._gather(round_)
-        if received:
-            self.algorithm.merge([p.to(self.device) for p in received])
+        self.algorithm.merge([p.to(self.device) for p in received])
         delay = slow_delay(self.config.faults, self.id, round_)
         if delay:
             time.sleep(delay)
         metrics = self.algorithm.train_round(self.train)
         train_s = time.monotonic() - started
+        for name in self.algorithm.laps(round_):
+            contribution = detach_to_cpu(self.algorithm.contribute(name, round_))
+            result = self.laps.run(name, round_, contribution)
+            if result is not None:
+                total = {k: v.to(self.device) for k, v in result.total.items()}
+                self.algorithm.apply_lap(name, round_, total, list(result.contributors))
         every, last = self.config.eval.every, self.config.experiment.rounds - 1
         if round_ % every == every - 1 or round_ == last:
-            metrics.update(
-                {f"local_{k}": v for k, v in self.algorithm.evaluate(self.local_test).items()}
-            )
-            metrics.update(
-                {f"global_{k}": v for k, v in self.algorithm.evaluate(self.global_test).items()}
-            )
-        shared = self.algorithm.shared_state()
-        if shared:
-            payload = Payload(
-                sender=self.id,
-                round=round_,
-                epoch=self.view.epoch,
-                seq=round_,
-                tensors=detach_to_cpu(shared),
-                num_samples=len(self.train),
-                kind=SHARE,
-            )
-            self._send(payload)
-            metrics["bytes_sent"] = float(payload.nbytes)
-        metrics.update(merged=float(len(received)), train_s=train_s, samples=float(len(self.train)))
+            for prefix, data in (("local", self.local_test), ("global", self.global_test)):
+                scores = self.algorithm.evaluate(data)
+                metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
+        self._publish(round_)
+        metrics.update(
+            merged=float(len(received)),
+            train_s=train_s,
+            round_s=time.monotonic() - started,
+            samples=float(len(self.train)),
+            bytes_sent=float(self.outbox.bytes_dispatched - bytes_before),
+        )
+        if delay:
+            metrics["slow_delay_s"] = delay
+        if self.config.clients.max_restarts > 0:
+            self._save_checkpoint(round_)
+        with self.lock:
+            self.journal_entries.append(("round", round_, metrics))
         self.coordinator.report_round.remote(self.id, round_, metrics)
 
     def _gather(self, round_: int) -> list[Payload]:
-        """What to merge this round, after waiting as the schedule mode requires."""
+        """What to merge this round, after waiting as the schedule mode requires.
+
+        sync: round r merges what the in-neighbours published after round r - 1; async:
+        never run more than ``max_staleness`` rounds ahead of an in-neighbour. With offers,
+        the method then decides what to pull, and only that crosses the network.
+        """
         schedule = self.config.schedule
-        # sync: round r merges what the in-neighbours sent at the end of round r - 1.
-        # async: never run more than max_staleness rounds ahead of an in-neighbour.
+        if round_ == self.first_round or not self.expected:
+            return []
         lag = 0 if schedule.mode == "sync" else schedule.max_staleness
         max_round = round_ - 1 if schedule.mode == "sync" else None
 
+        def senders() -> list[int]:
+            view = self.current_view
+            active = set(view.active(round_ - 1))
+            return [
+                p
+                for p in self.topology.in_neighbours(view.members, self.id, round_ - 1)
+                if p in active
+            ]
+
         def ready() -> bool:
-            newest = self.inbox.newest
-            return all(newest.get(p, -1) >= round_ - 1 - lag for p in self.view.predecessors)
+            return all(self.inbox.newest(SHARE, p) >= round_ - 1 - lag for p in senders())
 
-        must_wait = round_ > 0 and self.shares and self.view.predecessors
-        if must_wait and not self.inbox.wait(ready, schedule.hop_timeout_s, self._poll_in_flight):
-            self.coordinator.report_event.remote(
-                "wait_timeout", self.id, round_, f"waited {schedule.hop_timeout_s}s"
-            )
-        return self.inbox.take(SHARE, max_round)
+        if not self.inbox.wait(ready, schedule.hop_timeout_s, self.tick):
+            self.event("wait_timeout", round_, f"waited {schedule.hop_timeout_s}s")
+        arrived = self.inbox.take(SHARE, max_round)
+        if not self.offers:
+            return arrived
+        plan = self.algorithm.decide([p.to(self.device) for p in arrived])
+        return self._pull({s: keys for s, keys in plan.items() if keys}, arrived)
 
-    # ---- sending: acknowledged, retried on a new view, never lost ---------------------
+    def _pull(self, plan: dict[int, tuple[str, ...]], offers: list[Payload]) -> list[Payload]:
+        """Fetch the decided keys from each peer; a peer that cannot answer is reported."""
+        round_of = {p.sender: p.round for p in offers}
+        refs = {s: self.handles[s].serve.remote(round_of[s], keys) for s, keys in plan.items()}
+        timeout = self.config.schedule.hop_timeout_s
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+        done = {r.hex() for r in ready}
+        pulled = []
+        for sender, ref in refs.items():
+            try:
+                if ref.hex() not in done:
+                    raise TimeoutError(f"no answer in {timeout}s")
+                payload = ray.get(ref)
+                if payload is None:
+                    raise PayloadError("nothing published for that round")
+                payload.validate({k: self.shared_shapes[k] for k in plan[sender]})
+                pulled.append(payload)
+            except (ray.exceptions.RayError, TimeoutError) as err:
+                self.event("pull_failed", self.round, f"from {sender}: {err!r}")
+                self._report_unreachable(sender)
+            except PayloadError as err:
+                self.rejected += 1
+                self.event("payload_rejected", self.round, str(err))
+        return pulled
 
-    def _send(self, payload: Payload) -> None:
+    def _publish(self, round_: int) -> None:
+        """Snapshot what a joiner gets, then push the shared state or the offer."""
+        shared = self.algorithm.shared_state()
         with self.lock:
-            self.last_payload = payload
-            for target in self.view.successors:
-                self._dispatch(target, payload)
-        self._poll_in_flight()
-
-    def _dispatch(self, target: int, payload: Payload) -> None:
-        """Fire-and-forget ``receive`` on ``target``; caller holds the lock."""
-        ref = self.handles[target].receive.remote(payload)
-        self.in_flight.append(InFlight(target, payload, ref, time.monotonic()))
-
-    def _poll_in_flight(self) -> None:
-        """Settle acknowledged sends; report silent or dead successors to the coordinator."""
-        with self.lock:
-            flights = list(self.in_flight)
-        if not flights:
-            return
-        ready, _ = ray.wait([f.ref for f in flights], num_returns=len(flights), timeout=0)
-        ready_ids = {r.hex() for r in ready}
-        now = time.monotonic()
-        for flight in flights:
-            if flight.ref.hex() in ready_ids:
-                try:
-                    accepted = ray.get(flight.ref)
-                except RayActorError:
-                    self._suspect(flight)
-                    continue
-                with self.lock:
-                    if flight in self.in_flight:
-                        self.in_flight.remove(flight)
-                if accepted:
-                    self.hops += 1
-                    self.bytes_sent += flight.payload.nbytes
-            elif now - flight.sent_at > self.config.schedule.hop_timeout_s:
-                self._suspect(flight)
-
-    def _suspect(self, flight: InFlight) -> None:
-        if not flight.reported:
-            flight.reported = True
-            self.coordinator.report_unreachable.remote(self.id, flight.target, self.view.epoch)
-
-    def _drain(self) -> int:
-        """Wait for the last sends to be acknowledged; what never is counts as lost."""
-        deadline = time.monotonic() + 3 * self.config.schedule.hop_timeout_s
-        while time.monotonic() < deadline:
-            self._poll_in_flight()
+            self.hand_off_tensors = detach_to_cpu(self.algorithm.hand_off_state())
+        if self.offers:
             with self.lock:
-                if not self.in_flight:
-                    return 0
-            time.sleep(0.02)
+                self.published[round_] = detach_to_cpu(shared)
+                for old in [r for r in self.published if r <= round_ - KEEP_PUBLISHED]:
+                    del self.published[old]
+            tensors = detach_to_cpu(self.algorithm.offer() or {})
+        else:
+            tensors = detach_to_cpu(shared)
+        if not tensors:
+            return
+        payload = Payload(
+            sender=self.id,
+            round=round_,
+            epoch=self.current_view.epoch,
+            seq=round_,
+            tensors=tensors,
+            num_samples=len(self.train),
+            kind=SHARE,
+        )
         with self.lock:
-            return len({id(f.payload) for f in self.in_flight})
+            view = self.view
+            targets = self.topology.out_neighbours(view.members, self.id, round_)
+            self.last_push, self.pushed_to = payload, set(targets)
+        for target in targets:
+            self.outbox.send(target, payload)
+        self.tick()
+
+    def _save_checkpoint(self, round_: int) -> None:
+        """The private state after ``round_``, for Ray to restart this client from."""
+        self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.checkpoint_path.with_suffix(".tmp")
+        torch.save({"round": round_, "algorithm": self.algorithm}, tmp)
+        os.replace(tmp, self.checkpoint_path)
+
+    def _load_checkpoint(self) -> int | None:
+        """Restore the last checkpoint; its round, or None when there is none (a new node)."""
+        if not self.checkpoint_path.exists():
+            return None
+        saved = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
+        self.algorithm = saved["algorithm"]
+        self.completed = saved["round"]
+        return saved["round"]
+
+    def _report_unreachable(self, target: int) -> None:
+        self.coordinator.report_unreachable.remote(self.id, target, self.current_view.epoch)
+
+
+def _shapes(tensors: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in tensors.items()}

@@ -78,6 +78,9 @@ class ClientsSection:
     local_epochs: int = 1
     batch_size: int = 64
     placement: Literal["spread", "pack"] = "spread"
+    # Ray restarts a crashed client this many times; it comes back from its last
+    # checkpoint (written every round when > 0) and is spliced in again. 0: it stays out.
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         _check(self.count >= 2, "clients.count", "an int >= 2 (a ring needs two clients)")
@@ -85,6 +88,7 @@ class ClientsSection:
         _check(0 <= self.num_gpus <= 1, "clients.num_gpus", "a fraction in [0, 1]")
         _check(self.local_epochs >= 1, "clients.local_epochs", "an int >= 1")
         _check(self.batch_size >= 1, "clients.batch_size", "an int >= 1")
+        _check(self.max_restarts >= 0, "clients.max_restarts", "an int >= 0", self.max_restarts)
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,7 @@ class RaySection:
     address: str | None = None
 
 
-FAULT_ACTIONS = ("crash", "hang", "slow", "join")
+FAULT_ACTIONS = ("crash", "hang", "slow", "join", "kill_node", "kill_coordinator")
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,9 @@ class FaultSection:
     ``crash``: these clients' processes exit at the start of that round. ``hang``: they freeze
     (the whole process, heartbeats included) for ``for_s`` seconds. ``slow``: they sleep
     ``delay_s`` every round from then on. ``join``: that many new clients (with data
-    partitions of their own) are spliced into the running ring.
+    partitions of their own) are spliced into the running ring. ``kill_node``: every client
+    on the node that hosts each listed client dies at once. ``kill_coordinator``: the
+    coordinator is killed; Ray restarts it and it recovers from its checkpoint.
     """
 
     at_round: int
@@ -171,6 +177,8 @@ class FaultSection:
     slow: tuple[int, ...] = ()
     delay_s: float = 0.0
     join: int = 0
+    kill_node: tuple[int, ...] = ()
+    kill_coordinator: bool = False
 
     def __post_init__(self) -> None:
         _check(self.at_round >= 0, "faults[].at_round", "an int >= 0", self.at_round)
@@ -199,7 +207,7 @@ class Config:
 
     def __post_init__(self) -> None:
         for entry in self.faults:
-            for action in ("crash", "hang", "slow"):
+            for action in ("crash", "hang", "slow", "kill_node"):
                 bad = [c for c in getattr(entry, action) if not 0 <= c < self.total_clients]
                 ids = f"client ids in [0, {self.total_clients})"
                 _check(not bad, f"faults[].{action}", ids, bad)

@@ -19,8 +19,8 @@ from ray.exceptions import RayActorError
 
 from ring_actors.config import Config
 from ring_actors.membership import MembershipTable, MemberState
+from ring_actors.recovery import actor_name, load, save_atomic
 from ring_actors.tracking import Tracker, flatten, write_outputs
-from topologies import build_topology
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,12 @@ class Coordinator:
     dead members (bumping the epoch and pushing new views) and flushes metrics in batches.
     """
 
-    def __init__(self, config: Config, output_dir: str, tracking_uri: str) -> None:
+    def __init__(self, config: Config, output_dir: str, tracking_uri: str, run_key: str) -> None:
         self.config = config
+        self.run_key = run_key
         self.output_dir = Path(output_dir)
-        self.table = MembershipTable(build_topology(config.topology.kind))
+        self.checkpoint_path = self.output_dir / "coordinator.ckpt"
+        self.table = MembershipTable()
         self.handles: dict[int, ray.actor.ActorHandle] = {}
         self.lock = threading.RLock()
         self.started_at = time.monotonic()
@@ -49,19 +51,26 @@ class Coordinator:
         self.suspects: set[int] = set()
         self.hung: set[int] = set()  # bypassed for silence, not death: may come back
         self.broadcast_epoch = -1
+        self.saved_at = 0.0
 
         name = config.tracking.experiment or config.experiment.name
-        self.tracker = Tracker(tracking_uri, name, run_name=self.output_dir.name)
-        self.tracker.log_params(flatten(config.to_dict()))
-        self.tracker.set_tags(
-            {
-                "algorithm": config.algorithm.name,
-                "dataset": config.data.dataset,
-                "topology": config.topology.kind,
-                "mode": config.schedule.mode,
-                "output_dir": str(self.output_dir),
-            }
+        saved = load(self.checkpoint_path)
+        self.tracker = Tracker(
+            tracking_uri, name, self.output_dir.name, run_id=saved["run_id"] if saved else None
         )
+        if saved:
+            self._restore(saved)
+        else:
+            self.tracker.log_params(flatten(config.to_dict()))
+            self.tracker.set_tags(
+                {
+                    "algorithm": config.algorithm.name,
+                    "dataset": config.data.dataset,
+                    "topology": config.topology.kind,
+                    "mode": config.schedule.mode,
+                    "output_dir": str(self.output_dir),
+                }
+            )
         self.stopping = threading.Event()
         self.loop = threading.Thread(target=self._control_loop, name="reconcile", daemon=True)
         self.loop.start()
@@ -94,8 +103,7 @@ class Coordinator:
             after = random.Random(self.config.experiment.seed * 7919 + client_id).choice(live)
             first_round = min(self.table.members[c].last_round for c in live) + 1
             self.handles[client_id] = handle
-            self.table.add(client_id, node_id, after=after)
-            self.table.seen(client_id, first_round - 1)
+            self.table.add(client_id, node_id, after=after, first_round=first_round)
             self._event("join", client_id, first_round, f"spliced in after {after}")
             self._broadcast()
             self.broadcast_epoch = self.table.epoch
@@ -103,6 +111,39 @@ class Coordinator:
             self.table.mark(client_id, MemberState.RUNNING)
             handle.start.remote(first_round, True)
             return after
+
+    def rejoin(
+        self,
+        client_id: int,
+        handle: ray.actor.ActorHandle,
+        node_id: str,
+        checkpoint_round: int | None,
+    ) -> None:
+        """A crashed client that Ray restarted is spliced in again and started.
+
+        With a checkpoint it resumes its private state; without one it starts as a newcomer
+        from its predecessor's hand-off.
+        """
+        with self.lock:
+            if self.table.is_live(client_id):  # back before the probes noticed it was gone
+                self._mark_dead(client_id, "crash", "restarted by Ray")
+            self.probes.pop(client_id, None)  # a probe of the old process must not kill the new
+            self.suspects.discard(client_id)
+            live = self.table.live
+            after = random.Random(self.table.epoch).choice(live)
+            first_round = min(self.table.members[c].last_round for c in live) + 1
+            self.handles[client_id] = handle
+            self.table.members[client_id].node_id = node_id
+            self.table.revive(client_id, after, first_round)
+            how = (
+                "as a new client" if checkpoint_round is None else f"from round {checkpoint_round}"
+            )
+            self._event("rejoin", client_id, first_round, f"after {after}, {how}")
+            self._broadcast()
+            self.broadcast_epoch = self.table.epoch
+            if checkpoint_round is None:
+                self.handles[after].hand_off.remote(client_id, handle)
+            handle.start.remote(first_round, checkpoint_round is None)
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         with self.lock:
@@ -145,6 +186,7 @@ class Coordinator:
             rounds = [self.table.members[c].last_round + 1 for c in live]
             return {
                 "round": min(rounds, default=0),
+                "newest": max(rounds, default=0) - 1,  # the furthest round a member finished
                 "epoch": self.table.epoch,
                 "live": len(live),
                 "done": sum(1 for c in live if c in self.done),
@@ -166,6 +208,7 @@ class Coordinator:
                 self._reconcile_views,
                 self._log_round_means,
                 self.tracker.flush,
+                self._checkpoint,
             ):
                 try:
                     with self.lock:
@@ -217,12 +260,74 @@ class Coordinator:
             self.rounds_logged.add(round_)
             self.tracker.add_metrics(_means(reports.values()), round_)
 
+    def _checkpoint(self) -> None:
+        """STEP 6: save what a restarted coordinator needs, at most twice a second."""
+        if time.monotonic() - self.saved_at < 0.5:
+            return
+        self.saved_at = time.monotonic()
+        save_atomic(
+            self.checkpoint_path,
+            {
+                "run_id": self.tracker.run_id,
+                "table": self.table,
+                "started_at": self.started_at,
+                "rows": self.rows,
+                "events": self.events,
+                "by_round": dict(self.by_round),
+                "rounds_logged": self.rounds_logged,
+                "done": self.done,
+                "hung": self.hung,
+            },
+        )
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        """Come back after a crash: membership and results from the checkpoint, what the
+        clients reported since from their journals; then views go out again."""
+        self.table = saved["table"]
+        self.started_at = saved["started_at"]
+        self.rows, self.events = saved["rows"], saved["events"]
+        self.by_round.update(saved["by_round"])
+        self.rounds_logged, self.done, self.hung = (
+            saved["rounds_logged"],
+            saved["done"],
+            saved["hung"],
+        )
+        for client_id in self.table.live:
+            try:
+                self.handles[client_id] = ray.get_actor(
+                    actor_name(self.run_key, f"client-{client_id}")
+                )
+            except ValueError:  # gone while we were down: the probes will not find it
+                self._mark_dead(client_id, "crash", "gone while the coordinator was down")
+        journals = {c: h.journal.remote() for c, h in self.handles.items()}
+        replayed = 0
+        for client_id, ref in journals.items():
+            try:
+                entries = ray.get(ref, timeout=self.config.schedule.hop_timeout_s)
+            except (RayActorError, ray.exceptions.GetTimeoutError):
+                continue  # the probes will settle it
+            for entry in entries:
+                replayed += self._replay(client_id, entry)
+        self._event("coordinator_restored", -1, -1, f"replayed {replayed} client reports")
+
+    def _replay(self, client_id: int, entry: tuple) -> int:
+        """Apply one journal entry a client kept; 1 if it was news to us."""
+        kind, *args = entry
+        if kind == "round" and client_id not in self.by_round.get(args[0], {}):
+            self.report_round(client_id, *args)
+            return 1
+        if kind == "done" and client_id not in self.done:
+            self.report_done(client_id, *args)
+            return 1
+        return 0
+
     # ---- helpers ------------------------------------------------------------------------
 
     def _broadcast(self) -> None:
-        for client_id in self.table.live:
-            view = self.table.view(client_id)
-            handles = {s: self.handles[s] for s in view.successors}
+        """One view for everyone: neighbour sets are derived from it, per round, by each client."""
+        view = self.table.view()
+        handles = {c: self.handles[c] for c in view.members}
+        for client_id in view.members:
             self.handles[client_id].set_view.remote(view, handles)
 
     def _mark_dead(self, client_id: int, cause: str, detail: str) -> None:
@@ -286,7 +391,9 @@ class Coordinator:
             last_eval[row["client"]] = row
         hops = sum(d["hops"] for d in self.done.values())
         sent = sum(d["bytes_sent"] for d in self.done.values())
-        samples = sum(m.get("samples", 0.0) for r in self.by_round.values() for m in r.values())
+        reports = [m for r in self.by_round.values() for m in r.values()]
+        samples = sum(m.get("samples", 0.0) for m in reports)
+        per_round = statistics.fmean([m.get("bytes_sent", 0.0) for m in reports] or [0.0])
         kinds = [e["kind"] for e in self.events]
         return {
             "algorithm": self.config.algorithm.name,
@@ -299,6 +406,10 @@ class Coordinator:
             "topology": self.config.topology.kind,
             "local_acc": _stat(last_eval, "local_acc"),
             "global_acc": _stat(last_eval, "global_acc"),
+            # The papers quote the mean of the last 10 evaluated rounds as well as the end.
+            "local_acc_last10": _last_mean(self.rows, "local_acc", 10),
+            "global_acc_last10": _last_mean(self.rows, "global_acc", 10),
+            "mb_per_round_per_client": per_round / 1e6,
             "bytes_per_hop": sent / hops if hops else 0.0,
             "hops": hops,
             "bytes_total": sent,
@@ -324,6 +435,18 @@ def _means(reports) -> dict[str, float]:
         for key, value in metrics.items():
             values[key].append(value)
     return {f"{k}_mean": statistics.fmean(v) for k, v in values.items()}
+
+
+def _last_mean(rows: list[dict[str, Any]], key: str, count: int) -> float:
+    """Client mean of each client's mean ``key`` over its last ``count`` evaluated rounds."""
+    by_client: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for row in rows:
+        if key in row:
+            by_client[row["client"]].append((row["round"], row[key]))
+    means = [
+        statistics.fmean(v for _, v in sorted(values)[-count:]) for values in by_client.values()
+    ]
+    return statistics.fmean(means) if means else 0.0
 
 
 def _stat(rows: dict[int, dict[str, float]], key: str) -> dict[str, Any]:

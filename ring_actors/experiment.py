@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -11,16 +12,20 @@ from typing import Any
 
 import numpy as np
 import ray
+from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
 
 from ring_actors.client import ClientActor
-from ring_actors.config import Config
+from ring_actors.config import Config, FaultSection
 from ring_actors.coordinator import Coordinator
 from ring_actors.data.partition import ClientSplit, split_clients
 from ring_actors.data.sources import DatasetArrays, load_dataset
-from ring_actors.faults import joins_due
+from ring_actors.faults import driver_faults_due
+from ring_actors.recovery import actor_name
 from ring_actors.tracking import resolve_tracking_uri
+
+CLIENT = ray.remote(ClientActor)
 
 
 @dataclass
@@ -36,10 +41,11 @@ class Experiment:
     coordinator: ray.actor.ActorHandle
     clients: dict[int, ray.actor.ActorHandle]
     placement: dict[int, dict[str, Any]]
-    actor_class: Any
+    client_options: dict[str, Any]  # Ray actor options of every client
     data_ref: ray.ObjectRef
     splits: list[ClientSplit]
     global_test: np.ndarray
+    run_key: str
     admitted: set[int] = field(default_factory=set)
 
     def create_clients(self, ids: list[int]) -> None:
@@ -50,9 +56,18 @@ class Experiment:
                 f"clients {missing} have no data partition: the data was split for "
                 f"{len(self.splits)} clients; declare joins in the config's faults"
             )
+        state_dir = str(self.output_dir / "clients")
         handles = {
-            i: self.actor_class.remote(
-                i, self.config, self.data_ref, self.splits[i], self.global_test, self.coordinator
+            i: CLIENT.options(
+                **self.client_options, name=actor_name(self.run_key, f"client-{i}")
+            ).remote(
+                i,
+                self.config,
+                self.data_ref,
+                self.splits[i],
+                self.global_test,
+                self.coordinator,
+                state_dir,
             )
             for i in ids
         }
@@ -89,19 +104,47 @@ def default_output_dir(config: Config) -> Path:
 
 
 def split_for(config: Config, dataset: DatasetArrays) -> list[ClientSplit]:
-    """Every client's train and test indices, late joiners included, as the config says."""
+    """Every client's train and test indices, late joiners included, as the config says.
+
+    With ``joiner_classes: other_half`` the first clients share the lower half of the classes
+    and the joiners the upper half: newcomers bring classes the ring has never seen.
+    """
     part = config.data.partition
-    return split_clients(
-        dataset.train_y,
-        dataset.test_y,
-        config.total_clients,
+    joiners = config.total_clients - config.clients.count
+    if part.joiner_classes == "all" or joiners == 0:
+        return _split(config, dataset, config.total_clients, None)
+    half = dataset.num_classes // 2
+    return _split(config, dataset, config.clients.count, (0, half)) + _split(
+        config, dataset, joiners, (half, dataset.num_classes)
+    )
+
+
+def _split(
+    config: Config, dataset: DatasetArrays, count: int, classes: tuple[int, int] | None
+) -> list[ClientSplit]:
+    """``count`` clients' splits over the samples whose label lies in ``classes`` (all: None)."""
+    part = config.data.partition
+    train = _in_classes(dataset.train_y, classes)
+    test = _in_classes(dataset.test_y, classes)
+    splits = split_clients(
+        dataset.train_y[train],
+        dataset.test_y[test],
+        count,
         part.kind,
         beta=part.beta,
         classes_per_client=part.classes_per_client,
         min_size=part.min_size,
         max_train_per_client=config.data.max_train_per_client,
-        seed=config.experiment.seed,
+        seed=config.experiment.seed if classes is None else config.experiment.seed + classes[0],
     )
+    return [ClientSplit(train=train[s.train], test=test[s.test]) for s in splits]
+
+
+def _in_classes(labels: np.ndarray, classes: tuple[int, int] | None) -> np.ndarray:
+    if classes is None:
+        return np.arange(len(labels), dtype=np.int64)
+    low, high = classes
+    return np.flatnonzero((labels >= low) & (labels < high)).astype(np.int64)
 
 
 def global_test_indices(splits: list[ClientSplit], cap: int | None, seed: int) -> np.ndarray:
@@ -123,20 +166,45 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
     connect_ray(config.ray.address)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
 
+    run_key = uuid.uuid4().hex[:12]
+    # The coordinator lives beside the driver and its checkpoint; Ray restarts it after a
+    # crash and re-sends the calls that were in flight.
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     coordinator = (
         ray.remote(Coordinator)
-        .options(num_cpus=0, max_concurrency=32, scheduling_strategy=here)
-        .remote(config, str(output_dir), resolve_tracking_uri(config.tracking.uri, Path.cwd()))
+        .options(
+            num_cpus=0,
+            max_concurrency=32,
+            scheduling_strategy=here,
+            name=actor_name(run_key, "coordinator"),
+            max_restarts=-1,
+            max_task_retries=-1,
+        )
+        .remote(
+            config,
+            str(output_dir),
+            resolve_tracking_uri(config.tracking.uri, Path.cwd()),
+            run_key,
+        )
     )
-    actor_class = ray.remote(ClientActor).options(
+    client_options = dict(
         num_cpus=config.clients.num_cpus,
         num_gpus=config.clients.num_gpus,
         max_concurrency=8,
+        max_restarts=config.clients.max_restarts,
         scheduling_strategy="SPREAD" if config.clients.placement == "spread" else "DEFAULT",
     )
     experiment = Experiment(
-        config, output_dir, coordinator, {}, {}, actor_class, data_ref, splits, global_test
+        config,
+        output_dir,
+        coordinator,
+        {},
+        {},
+        client_options,
+        data_ref,
+        splits,
+        global_test,
+        run_key,
     )
     experiment.create_clients(list(range(config.total_clients)))
     for i in range(config.clients.count):
@@ -147,15 +215,19 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
 
 
 def wait_and_finalize(experiment: Experiment, started: float, progress: bool) -> dict[str, Any]:
-    """Follow progress (applying the fault plan's joins) until every live client is done."""
+    """Follow progress (applying the fault plan's driver-side entries) until all are done."""
     config = experiment.config
     total = config.clients.count * config.experiment.rounds
     applied: set[int] = set()
     with tqdm(total=total, desc="client-rounds", unit="rd", disable=not progress) as bar:
         while True:
-            state = ray.get(experiment.coordinator.progress.remote())
-            for index in joins_due(config.faults, state["round"], applied):
-                experiment.join(config.faults[index].join)
+            try:
+                state = ray.get(experiment.coordinator.progress.remote())
+            except RayActorError:  # the coordinator is being restarted: ask again
+                time.sleep(0.5)
+                continue
+            for index in driver_faults_due(config.faults, state["round"], applied):
+                apply_driver_fault(experiment, config.faults[index])
                 applied.add(index)
             bar.total = max(total, state["rounds_done"])
             bar.update(state["rounds_done"] - bar.n)
@@ -163,6 +235,19 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
                 break
             time.sleep(0.5)
     return ray.get(experiment.coordinator.finalize.remote(time.monotonic() - started))
+
+
+def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
+    """The fault-plan entries the driver carries out: joins and kills of actors it holds."""
+    if entry.join:
+        experiment.join(entry.join)
+    if entry.kill_coordinator:
+        ray.kill(experiment.coordinator, no_restart=False)
+    if entry.kill_node:
+        nodes = {experiment.placement[c]["node_id"] for c in entry.kill_node}
+        doomed = [c for c, facts in experiment.placement.items() if facts["node_id"] in nodes]
+        for client_id in doomed:
+            ray.kill(experiment.clients[client_id], no_restart=True)
 
 
 def shutdown(experiment: Experiment) -> None:

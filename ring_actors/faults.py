@@ -36,10 +36,15 @@ def slow_delay(plan: Sequence[FaultSection], client_id: int, round_: int) -> flo
     return delay
 
 
-def joins_due(plan: Sequence[FaultSection], ring_round: int, applied: set[int]) -> list[int]:
-    """Indices of join entries the ring has reached (``ring_round``) and not yet applied."""
+def driver_faults_due(
+    plan: Sequence[FaultSection], ring_round: int, applied: set[int]
+) -> list[int]:
+    """Indices of the entries the driver applies (joins, kills of nodes or the coordinator)
+    that the ring has reached (``ring_round``) and that were not applied yet."""
     return [
         index
         for index, entry in enumerate(plan)
-        if entry.join and entry.at_round <= ring_round and index not in applied
+        if (entry.join or entry.kill_node or entry.kill_coordinator)
+        and entry.at_round <= ring_round
+        and index not in applied
     ]

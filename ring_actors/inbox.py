@@ -20,7 +20,7 @@ class Inbox:
         self._cond = threading.Condition()
         self._items: list[Payload] = []
         self._seen: set[tuple[int, int, int, str]] = set()
-        self.newest: dict[int, int] = {}
+        self._newest: dict[tuple[str, int], int] = {}
 
     def put(self, payload: Payload) -> bool:
         """Enqueue; False for a duplicate delivery (a re-send that already arrived)."""
@@ -29,7 +29,8 @@ class Inbox:
                 return False
             self._seen.add(payload.key)
             self._items.append(payload)
-            self.newest[payload.sender] = max(self.newest.get(payload.sender, -1), payload.round)
+            key = (payload.kind, payload.sender)
+            self._newest[key] = max(self._newest.get(key, -1), payload.round)
             self._cond.notify_all()
             return True
 
@@ -48,6 +49,18 @@ class Inbox:
             if p.sender not in newest or p.round > newest[p.sender].round:
                 newest[p.sender] = p
         return sorted(newest.values(), key=lambda p: p.sender)
+
+    def newest(self, kind: str, sender: int) -> int:
+        """The highest round ever received on ``kind`` from ``sender`` (-1: none yet)."""
+        with self._cond:
+            return self._newest.get((kind, sender), -1)
+
+    def pop(self, match: Callable[[Payload], bool]) -> list[Payload]:
+        """Remove and return every payload ``match`` accepts, in arrival order."""
+        with self._cond:
+            chosen = [p for p in self._items if match(p)]
+            self._items = [p for p in self._items if not match(p)]
+        return chosen
 
     def count(self, kind: str) -> int:
         with self._cond:

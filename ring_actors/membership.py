@@ -6,8 +6,6 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from topologies import Topology, in_neighbours
-
 
 class MemberState(enum.Enum):
     STARTING = "starting"
@@ -21,18 +19,33 @@ class Member:
     client_id: int
     node_id: str = ""
     state: MemberState = MemberState.STARTING
+    first_round: int = 0
     last_round: int = -1
     last_seen: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
 class View:
-    """What one client needs to know of the membership: its neighbours at an epoch."""
+    """The membership every client acts on: live members in ring order at an epoch.
+
+    Neighbour sets are a pure function of a view and a round (see ``topologies``), so the
+    coordinator hands out one view and every client derives the same sets without asking.
+    """
 
     epoch: int
-    successors: tuple[int, ...]
-    predecessors: tuple[int, ...]
     members: tuple[int, ...]
+    first_rounds: tuple[int, ...]  # per member: the first round it trains (joiners start late)
+
+    def successor(self, client_id: int) -> int | None:
+        """The next live member in ring order (the ring laps' path); None when alone."""
+        if client_id not in self.members or len(self.members) < 2:
+            return None
+        position = self.members.index(client_id)
+        return self.members[(position + 1) % len(self.members)]
+
+    def active(self, round_: int) -> tuple[int, ...]:
+        """Members that train in ``round_`` (a joiner from its first round on)."""
+        return tuple(m for m, f in zip(self.members, self.first_rounds, strict=True) if f <= round_)
 
 
 class MembershipTable:
@@ -41,17 +54,19 @@ class MembershipTable:
     Pure bookkeeping with no Ray calls, so the state machine is testable on its own.
     """
 
-    def __init__(self, topology: Topology) -> None:
-        self.topology = topology
+    def __init__(self) -> None:
         self.members: dict[int, Member] = {}
         self.order: list[int] = []
         self.epoch = 0
 
-    def add(self, client_id: int, node_id: str = "", after: int | None = None) -> None:
+    def add(
+        self, client_id: int, node_id: str = "", after: int | None = None, first_round: int = 0
+    ) -> None:
         """Insert a member after ``after`` in ring order (at the end when None)."""
         if client_id in self.members:
             return  # idempotent: a retried join changes nothing
-        self.members[client_id] = Member(client_id, node_id)
+        self.members[client_id] = Member(client_id, node_id, first_round=first_round)
+        self.members[client_id].last_round = first_round - 1
         position = len(self.order) if after is None else self.order.index(after) + 1
         self.order.insert(position, client_id)
         self.epoch += 1
@@ -68,12 +83,14 @@ class MembershipTable:
             self.epoch += 1
         return changed
 
-    def revive(self, client_id: int, after: int) -> None:
-        """A member declared dead answered again: splice it back in after ``after``."""
+    def revive(self, client_id: int, after: int, first_round: int | None = None) -> None:
+        """A member declared dead is back: splice it in after ``after`` (from ``first_round``)."""
         member = self.members[client_id]
         if member.state != MemberState.DEAD:
             return
         member.state = MemberState.RUNNING
+        if first_round is not None:
+            member.first_round = first_round
         self.order.remove(client_id)
         self.order.insert(self.order.index(after) + 1, client_id)
         self.epoch += 1
@@ -86,13 +103,12 @@ class MembershipTable:
     def live(self) -> list[int]:
         return [c for c in self.order if self.is_live(c)]
 
-    def view(self, client_id: int, round_: int = 0) -> View:
+    def view(self) -> View:
         live = self.live
         return View(
             epoch=self.epoch,
-            successors=tuple(self.topology.out_neighbours(live, client_id, round_)),
-            predecessors=tuple(in_neighbours(self.topology, live, client_id, round_)),
             members=tuple(live),
+            first_rounds=tuple(self.members[c].first_round for c in live),
         )
 
     def seen(self, client_id: int, round_: int | None = None) -> None:

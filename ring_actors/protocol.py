@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -17,8 +18,9 @@ class Payload:
 
     ``(sender, round, seq)`` identifies a delivery so duplicates from re-sends are dropped;
     ``epoch`` lets a receiver ignore messages from a membership that no longer exists.
-    ``kind`` names the exchange channel (``share`` for point-to-point state hand-over,
-    ``init`` for a joiner's hand-off), so other exchange patterns use the same transport.
+    ``kind`` names the exchange channel (pushed state, offers, ring-lap tokens, a joiner's
+    hand-off), so every exchange pattern uses the same transport; ``meta`` carries what a
+    channel needs besides tensors (a lap's name, who has added to a token).
     """
 
     sender: int
@@ -28,7 +30,7 @@ class Payload:
     tensors: dict[str, torch.Tensor]
     num_samples: int = 0
     kind: str = "share"
-    meta: dict[str, float] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, int, int, str]:
@@ -42,9 +44,12 @@ class Payload:
     def validate(self, expected: dict[str, tuple[int, ...]] | None = None) -> None:
         """Raise :class:`PayloadError` unless every field is well-formed and every value finite.
 
-        ``expected`` maps tensor names to shapes: what the receiver's method can merge.
+        ``expected`` maps tensor names to shapes: what the receiver's method can merge. Without
+        it (channels whose keys vary, such as lap tokens) only the values are checked.
         """
-        if not isinstance(self.tensors, dict) or not self.tensors:
+        if not isinstance(self.tensors, dict):
+            raise PayloadError(f"payload from {self.sender}: tensors must be a dict")
+        if expected is not None and not self.tensors:
             raise PayloadError(f"payload from {self.sender}: tensors must be a non-empty dict")
         if expected is not None:
             shapes = {

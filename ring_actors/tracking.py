@@ -39,12 +39,17 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 class Tracker:
     """One MLflow run, written only by the coordinator; metrics are buffered and sent in batches."""
 
-    def __init__(self, uri: str, experiment: str, run_name: str) -> None:
+    def __init__(self, uri: str, experiment: str, run_name: str, run_id: str | None = None) -> None:
+        """A new run, or with ``run_id`` the same run again (after a coordinator restart)."""
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
-        found = self.client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
-        self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        if run_id is None:
+            found = self.client.get_experiment_by_name(experiment)
+            experiment_id = (
+                found.experiment_id if found else self.client.create_experiment(experiment)
+            )
+            run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        self.run_id = run_id
         self._pending: list[Metric] = []
 
     def log_params(self, params: Mapping[str, str]) -> None:

@@ -1,11 +1,11 @@
-"""The fault plan's per-client slowdown."""
+"""The fault plan: per-client slowdown, and the entries the driver applies."""
 
 from __future__ import annotations
 
 import pytest
 
 from ring_actors.config import FaultSection
-from ring_actors.faults import slow_delay
+from ring_actors.faults import driver_faults_due, slow_delay
 
 
 def entry(at_round: int, slow: tuple[int, ...], delay_s: float) -> FaultSection:
@@ -44,3 +44,15 @@ def test_other_clients_are_unaffected():
     assert slow_delay(plan, 3, 7) == 1.5
     for client in (0, 2, 4):
         assert slow_delay(plan, client, 7) == 0.0
+
+
+def test_driver_applies_joins_and_kills_once_when_the_ring_reaches_them():
+    plan = (
+        FaultSection(at_round=1, join=2),
+        FaultSection(at_round=2, kill_coordinator=True),
+        FaultSection(at_round=3, kill_node=(0,)),
+        FaultSection(at_round=0, crash=(1,)),  # the client carries this one out itself
+    )
+    assert driver_faults_due(plan, 0, set()) == []
+    assert driver_faults_due(plan, 2, set()) == [0, 1]
+    assert driver_faults_due(plan, 5, {0, 1}) == [2]

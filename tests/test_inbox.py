@@ -78,15 +78,25 @@ def test_take_separates_kinds():
     assert inbox.take("share") == [] and len(inbox) == 0
 
 
-def test_newest_tracks_the_highest_round_per_sender():
+def test_newest_tracks_the_highest_round_per_sender_and_kind():
     inbox = Inbox()
-    assert inbox.newest == {}
+    assert inbox.newest("share", 1) == -1
     inbox.put(msg(1, 2))
     inbox.put(msg(1, 0))  # a late, older delivery does not lower it
     inbox.put(msg(4, 5, kind="init"))
-    assert inbox.newest == {1: 2, 4: 5}
+    assert (inbox.newest("share", 1), inbox.newest("init", 4)) == (2, 5)
+    assert inbox.newest("share", 4) == -1  # another channel does not count
     inbox.take("share")
-    assert inbox.newest == {1: 2, 4: 5}  # kept after the payloads are consumed
+    assert inbox.newest("share", 1) == 2  # kept after the payloads are consumed
+
+
+def test_pop_removes_exactly_the_matching_payloads():
+    inbox = Inbox()
+    for sender in range(4):
+        inbox.put(msg(sender, 0, kind="lap/a" if sender % 2 else "share"))
+    popped = inbox.pop(lambda p: p.kind == "lap/a")
+    assert [p.sender for p in popped] == [1, 3]
+    assert len(inbox) == 2 and inbox.count("lap/a") == 0
 
 
 def test_wait_returns_true_when_a_payload_arrives_from_another_thread():
@@ -96,7 +106,7 @@ def test_wait_returns_true_when_a_payload_arrives_from_another_thread():
     sender.start()
     try:
         start = time.monotonic()
-        ok = inbox.wait(lambda: 7 in inbox.newest, 5.0, lambda: ticks.append(1))
+        ok = inbox.wait(lambda: inbox.newest("share", 7) == 0, 5.0, lambda: ticks.append(1))
         elapsed = time.monotonic() - start
     finally:
         sender.cancel()

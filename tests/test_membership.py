@@ -1,15 +1,14 @@
-"""The membership table's state machine over a ring topology."""
+"""The membership table's state machine and the views it hands out."""
 
 from __future__ import annotations
 
 import pytest
 
 from ring_actors.membership import MembershipTable, MemberState, View
-from topologies.ring import Ring
 
 
 def table(n: int = 4) -> MembershipTable:
-    members = MembershipTable(Ring())
+    members = MembershipTable()
     for client in range(n):
         members.add(client, node_id=f"node{client % 2}")
     return members
@@ -24,14 +23,29 @@ def test_members_join_in_ring_order_and_bump_the_epoch():
     assert members.members[0].state == MemberState.STARTING
 
 
-@pytest.mark.parametrize(
-    ("client", "successor", "predecessor"), [(0, 1, 3), (1, 2, 0), (2, 3, 1), (3, 0, 2)]
-)
-def test_views_of_four_members(client, successor, predecessor):
-    view = table().view(client)
-    assert view == View(
-        epoch=4, successors=(successor,), predecessors=(predecessor,), members=(0, 1, 2, 3)
-    )
+@pytest.mark.parametrize(("client", "successor"), [(0, 1), (1, 2), (2, 3), (3, 0)])
+def test_view_of_four_members_closes_the_ring(client, successor):
+    view = table().view()
+    assert view == View(epoch=4, members=(0, 1, 2, 3), first_rounds=(0, 0, 0, 0))
+    assert view.successor(client) == successor
+
+
+def test_a_lone_member_or_a_stranger_has_no_successor():
+    members = MembershipTable()
+    members.add(5)
+    assert members.view().successor(5) is None
+    assert table().view().successor(42) is None
+
+
+def test_joiners_are_active_from_their_first_round():
+    members = table(3)
+    members.add(9, after=0, first_round=4)
+    view = members.view()
+    assert view.members == (0, 9, 1, 2)
+    assert view.first_rounds == (0, 4, 0, 0)
+    assert view.active(3) == (0, 1, 2)
+    assert view.active(4) == (0, 9, 1, 2)
+    assert members.members[9].last_round == 3
 
 
 def test_dead_member_bumps_epoch_and_is_bypassed():
@@ -40,12 +54,11 @@ def test_dead_member_bumps_epoch_and_is_bypassed():
     assert members.epoch == 5
     assert members.live == [0, 1, 3]
     assert not members.is_live(2)
-    assert members.view(1).successors == (3,)
-    assert members.view(3).predecessors == (1,)
-    assert members.view(1).members == (0, 1, 3)
-    assert members.view(1).epoch == 5
-    dead = members.view(2)
-    assert dead.successors == () and dead.predecessors == ()
+    view = members.view()
+    assert view.successor(1) == 3
+    assert view.members == (0, 1, 3)
+    assert view.epoch == 5
+    assert view.successor(2) is None
 
 
 def test_done_does_not_change_live_set_or_epoch():
@@ -55,7 +68,7 @@ def test_done_does_not_change_live_set_or_epoch():
     assert members.members[1].state == MemberState.DONE
     assert members.epoch == 4
     assert members.live == [0, 1, 2, 3]
-    assert members.view(0).successors == (1,)  # a finished member still receives
+    assert members.view().successor(0) == 1  # a finished member still receives
 
 
 def test_marking_the_same_state_twice_is_a_no_op():
@@ -79,12 +92,11 @@ def test_insertion_after_a_given_member():
     members.add(9, after=1)
     assert members.order == [0, 1, 9, 2, 3]
     assert members.epoch == 5
-    assert members.view(1).successors == (9,)
-    assert members.view(9).successors == (2,)
-    assert members.view(2).predecessors == (9,)
+    assert members.view().successor(1) == 9
+    assert members.view().successor(9) == 2
     members.add(7, after=3)  # after the last member: the ring closes back to 0
     assert members.order == [0, 1, 9, 2, 3, 7]
-    assert members.view(7).successors == (0,)
+    assert members.view().successor(7) == 0
 
 
 def test_insertion_after_an_unknown_member_fails():

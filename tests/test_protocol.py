@@ -49,9 +49,10 @@ def test_validate_rejects_non_finite_half_precision():
         make({"w": torch.tensor([math.inf], dtype=torch.float16)}).validate()
 
 
-def test_validate_rejects_empty_tensors_dict():
+def test_validate_rejects_empty_tensors_where_state_is_expected():
     with pytest.raises(PayloadError, match="non-empty"):
-        make({}).validate()
+        make({}).validate({"w": (1,)})
+    make({}).validate()  # a lap token nobody has added to yet is well-formed
 
 
 def test_validate_rejects_non_tensor_values():

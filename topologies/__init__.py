@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
-from topologies.base import Topology, in_neighbours
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from topologies.base import Topology
+from topologies.bidirectional_ring import BidirectionalRing
+from topologies.dynamic import Dynamic
+from topologies.exponential import Exponential
+from topologies.full import Full
+from topologies.graph import Graph
 from topologies.ring import Ring
 
-TOPOLOGIES: dict[str, type[Topology]] = {"ring": Ring}
+if TYPE_CHECKING:
+    from ring_actors.config import TopologySection
+
+# Each builder takes the ``topology:`` config section and the run's seed.
+TOPOLOGIES: dict[str, Callable[[TopologySection, int], Topology]] = {
+    "ring": Ring.from_section,
+    "bidirectional_ring": BidirectionalRing.from_section,
+    "dynamic": Dynamic.from_section,
+    "full": Full.from_section,
+    "exponential": Exponential.from_section,
+    "graph": Graph.from_section,
+}
 
 
-def build_topology(kind: str) -> Topology:
-    """A topology instance for ``topology.kind``."""
-    if kind not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {kind!r}; allowed: {', '.join(TOPOLOGIES)}")
-    return TOPOLOGIES[kind]()
+def build_topology(section: TopologySection, seed: int) -> Topology:
+    """The topology for ``section.kind``; ``seed`` drives randomised kinds (``dynamic``)."""
+    if section.kind not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {section.kind!r}; allowed: {', '.join(TOPOLOGIES)}")
+    return TOPOLOGIES[section.kind](section, seed)
 
 
-__all__ = ["TOPOLOGIES", "Topology", "build_topology", "in_neighbours"]
+__all__ = ["TOPOLOGIES", "Topology", "build_topology"]

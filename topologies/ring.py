@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from topologies.base import RingOffsets
 
 
-class Ring:
+class Ring(RingOffsets):
     """Successor in ring order; with the dead removed from ``members`` this is the bypass."""
 
-    def out_neighbours(self, members: Sequence[int], client: int, round_: int) -> list[int]:
-        if len(members) < 2 or client not in members:
-            return []
-        position = list(members).index(client)
-        return [members[(position + 1) % len(members)]]
+    def offsets(self, n: int) -> list[int]:
+        return [1]

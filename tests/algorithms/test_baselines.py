@@ -8,10 +8,11 @@ import torch
 from ring_actors.algorithms import ALGORITHMS
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.dfedavg import DFedAvg
+from ring_actors.algorithms.fedavg import FedAvg
 from ring_actors.algorithms.local import Local
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
 from ring_actors.protocol import Payload, detach_to_cpu
-from tests.algorithms.synthetic import separable
+from tests.algorithms.synthetic import run_laps, separable
 
 CPU = torch.device("cpu")
 SHAPE = (1, 16, 16)  # small images keep the CNN fast on two cores
@@ -32,7 +33,7 @@ def payload(algo: Algorithm, sender: int = 0) -> Payload:
 def perturb(algo: Algorithm, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for value in algo.shared_state().values():
+        for value in (algo.shared_state() or algo.model.state_dict()).values():
             if value.is_floating_point():
                 value.add_(torch.randn(value.shape, generator=g))
 
@@ -217,3 +218,27 @@ def test_train_round_runs_local_epochs_and_changes_weights():
     assert set(out) == {"loss"}
     assert not torch.equal(algo.model.head.weight, weight)
     assert algo.optimizer.state[algo.model.head.weight]["step"] == 2  # 2 epochs x 1 batch
+
+
+def test_ring_fedavg_lap_gives_every_client_the_sample_weighted_mean():
+    clients = [make(FedAvg, seed=s) for s in range(3)]
+    sizes = [10, 30, 60]
+    for client, size, seed in zip(clients, sizes, (1, 2, 3), strict=True):
+        perturb(client, seed)
+        client.num_samples = size
+    states = [{k: v.clone() for k, v in c.model.state_dict().items()} for c in clients]
+    run_laps(clients, round_=0)
+    for name, value in states[0].items():
+        if not value.is_floating_point():
+            continue
+        expected = sum(s[name] * n for s, n in zip(states, sizes, strict=True)) / sum(sizes)
+        for client in clients:
+            assert torch.allclose(client.model.state_dict()[name], expected, atol=1e-6), name
+
+
+def test_ring_fedavg_lap_without_contributions_keeps_the_local_model():
+    client = make(FedAvg)
+    before = {k: v.clone() for k, v in client.model.state_dict().items()}
+    client.apply_lap("average", 0, {}, [])
+    assert all(torch.equal(v, before[k]) for k, v in client.model.state_dict().items())
+    assert client.shared_state() == {} and client.laps(3) == ("average",)

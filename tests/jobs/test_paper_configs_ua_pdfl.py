@@ -1,0 +1,160 @@
+"""The UA-PDFL paper-reproduction configs: valid, at the paper's settings, covering every cell.
+
+Fast and Ray-free: configs are loaded and validated, partitions are drawn on synthetic labels
+with each dataset's real class counts, and UA-PDFL is built at the paper scale on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ring_actors.algorithms import ALGORITHMS, TaskSpec
+from ring_actors.algorithms.ua_pdfl import CLASSIFIER, FEATURE, UNIT, UNIT_FEATURE
+from ring_actors.config import Config, load_config
+from ring_actors.data.partition import split_clients
+
+PAPER_DIR = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "paper"
+PATHS = sorted(PAPER_DIR.glob("ua-pdfl-*.yaml"))
+IDS = [p.stem for p in PATHS]
+
+NUM_CLASSES = {"svhn": 10, "cifar10": 10, "cifar100": 100}
+BETAS = {0.5, 5.0}
+TABLES = {0.5: "Table 1", 5.0: "Table 2"}
+# Per-class train/test counts of the standard splits (SVHN: torchvision's cropped digits).
+CLASS_COUNTS = {
+    "svhn": (
+        [4948, 13861, 10585, 8497, 7458, 6882, 5727, 5595, 5045, 4659],
+        [1744, 5099, 4149, 2882, 2523, 2384, 1977, 2019, 1660, 1595],
+    ),
+    "cifar10": ([5000] * 10, [1000] * 10),
+    "cifar100": ([500] * 100, [100] * 100),
+}
+
+
+def load(path: Path) -> Config:
+    return load_config(path)
+
+
+@pytest.fixture(scope="module")
+def configs() -> dict[str, Config]:
+    return {p.stem: load(p) for p in PATHS}
+
+
+def test_paper_configs_exist():
+    assert len(PATHS) == 6, f"expected the six UA-PDFL configs in {PAPER_DIR}"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_config_loads_with_paper_settings(path: Path):
+    cfg = load(path)
+    opts = cfg.algorithm.options
+    assert cfg.algorithm.name == "ua_pdfl"
+    assert cfg.experiment.rounds == 150
+    assert cfg.experiment.seed == 0
+    assert cfg.clients.count == 30
+    assert cfg.clients.batch_size == 50
+    assert cfg.clients.local_epochs == 1  # not reported: the notes' choice
+    assert (opts.optimizer, opts.backbone) == ("sgd", "cnn")
+    assert math.isclose(opts.lr, 0.05) and math.isclose(opts.momentum, 0.5)
+    assert math.isclose(opts.lr_decay, 0.95) and opts.weight_decay == 0
+    assert math.isclose(opts.threshold, 0.1) and math.isclose(opts.mu, 0.01)
+    assert opts.divergence == "sym_kl"
+    top = cfg.topology
+    assert (top.kind, top.degree, top.resample_every) == ("dynamic", 5, 1)
+    assert cfg.schedule.mode == "sync"
+    assert cfg.data.partition.kind == "dirichlet" and cfg.data.partition.min_size == 10
+    assert cfg.data.max_train_per_client is None
+    assert cfg.data.root is None and cfg.data.download
+    assert cfg.tracking.uri is None
+    assert cfg.faults == ()
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_all_clients_share_one_gpu(path: Path):
+    clients = load(path).clients
+    assert clients.num_gpus > 0 and clients.count * clients.num_gpus <= 1.0 + 1e-9
+    assert clients.count * clients.num_cpus <= 16  # fits a 16-core GPU node
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_header_names_the_paper_table_and_its_result(path: Path):
+    cfg = load(path)
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("# ")
+    header = "\n".join(line for line in lines if line.startswith("#"))
+    assert TABLES[cfg.data.partition.beta] in header
+    assert "Local-T" in header and "±" in header
+    assert f"configs/paper/{path.name}" in header  # how to run it
+
+
+def test_experiment_names_are_unique(configs):
+    names = [cfg.experiment.name for cfg in configs.values()]
+    assert len(names) == len(set(names))
+
+
+def test_main_tables_are_covered(configs):
+    cells = {(cfg.data.dataset, cfg.data.partition.beta) for cfg in configs.values()}
+    assert cells == {(d, b) for d in NUM_CLASSES for b in BETAS}
+
+
+@pytest.mark.parametrize("path", PATHS, ids=IDS)
+def test_partition_can_be_drawn(path: Path):
+    """The partition fits the dataset's real class counts (synthetic labels, no download)."""
+    cfg = load(path)
+    train_counts, test_counts = CLASS_COUNTS[cfg.data.dataset]
+    train_y = np.repeat(np.arange(len(train_counts)), train_counts)
+    test_y = np.repeat(np.arange(len(test_counts)), test_counts)
+    part = cfg.data.partition
+    splits = split_clients(
+        train_y,
+        test_y,
+        cfg.clients.count,
+        part.kind,
+        beta=part.beta,
+        min_size=part.min_size,
+        seed=cfg.experiment.seed,
+    )
+    assert len(splits) == cfg.clients.count
+    assert min(len(s.train) for s in splits) >= part.min_size
+    assert all(len(s.test) > 0 for s in splits)
+
+
+def representatives() -> list[Path]:
+    """One config per dataset."""
+    chosen: dict[str, Path] = {}
+    for path in PATHS:
+        chosen.setdefault(load(path).data.dataset, path)
+    return [chosen[d] for d in sorted(chosen)]
+
+
+@pytest.mark.parametrize("path", representatives(), ids=lambda p: p.stem)
+def test_algorithm_builds_and_predicts_on_cpu(path: Path):
+    cfg = load(path)
+    classes = NUM_CLASSES[cfg.data.dataset]
+    task = TaskSpec(
+        num_classes=classes,
+        input_shape=(3, 32, 32),
+        local_epochs=cfg.clients.local_epochs,
+        batch_size=cfg.clients.batch_size,
+        device=torch.device("cpu"),
+        seed=cfg.experiment.seed * 100_003,
+        shared_seed=cfg.experiment.seed,
+    )
+    algo = ALGORITHMS[cfg.algorithm.name](cfg.algorithm.options, task)
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    logits = algo.predict(x)
+    assert set(logits) == {"acc"}
+    assert logits["acc"].shape == (2, classes) and torch.isfinite(logits["acc"]).all()
+    # Phase one is tiny next to the model: a class distribution and one feature vector.
+    offer = algo.offer()
+    assert offer[UNIT].shape == (classes,)
+    assert offer[UNIT_FEATURE].numel() * 100 < sum(v.numel() for v in algo.shared_state().values())
+    # Every shared tensor belongs to exactly one part; the convolutions are the feature part.
+    shared = algo.shared_state()
+    feature, classifier = algo.keys(FEATURE), algo.keys(CLASSIFIER)
+    assert len(feature) == 4 and set(feature) | set(classifier) == set(shared)

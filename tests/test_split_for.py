@@ -1,0 +1,62 @@
+"""How the driver splits data among clients, agnostic joiners included (no Ray)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ring_actors.config import config_from_dict
+from ring_actors.data.sources import DatasetArrays
+from ring_actors.experiment import split_for
+
+
+def dataset(classes: int = 10, per_class: int = 40) -> DatasetArrays:
+    train_y = np.repeat(np.arange(classes), per_class).astype(np.int64)
+    test_y = np.repeat(np.arange(classes), per_class // 4).astype(np.int64)
+    images = np.zeros((1, 1, 4, 4), dtype=np.uint8)
+    return DatasetArrays(
+        "toy",
+        np.repeat(images, len(train_y), 0),
+        train_y,
+        np.repeat(images, len(test_y), 0),
+        test_y,
+        classes,
+        (0.5,),
+        (0.5,),
+    )
+
+
+def config(joiner_classes: str):
+    return config_from_dict(
+        {
+            "clients": {"count": 4},
+            "data": {
+                "partition": {
+                    "kind": "shard",
+                    "classes_per_client": 2,
+                    "joiner_classes": joiner_classes,
+                }
+            },
+            "faults": [{"at_round": 1, "join": 2}],
+        }
+    )
+
+
+def test_agnostic_joiners_hold_only_the_classes_the_first_clients_never_see():
+    data = dataset()
+    splits = split_for(config("other_half"), data)
+    assert len(splits) == 6
+    first = set(np.concatenate([data.train_y[s.train] for s in splits[:4]]).tolist())
+    joiners = set(np.concatenate([data.train_y[s.train] for s in splits[4:]]).tolist())
+    assert first <= {0, 1, 2, 3, 4} and joiners <= {5, 6, 7, 8, 9}
+    for s in splits:  # each test split mirrors its own client's classes
+        assert set(data.test_y[s.test]) <= set(data.train_y[s.train])
+    every = np.concatenate([s.train for s in splits])
+    assert len(every) == len(set(every.tolist()))  # disjoint
+
+
+def test_by_default_joiners_draw_from_every_class():
+    data = dataset()
+    splits = split_for(config("all"), data)
+    joiners = set(np.concatenate([data.train_y[s.train] for s in splits[4:]]).tolist())
+    first = set(np.concatenate([data.train_y[s.train] for s in splits[:4]]).tolist())
+    assert len(splits) == 6 and len(first | joiners) > 5 and not joiners <= {5, 6, 7, 8, 9}
