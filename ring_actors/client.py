@@ -359,10 +359,10 @@ class ClientActor:
         )
         if delay:
             metrics["slow_delay_s"] = delay
-        if self.config.clients.max_restarts > 0:
-            self._save_checkpoint(round_)
         with self.lock:
             self.journal_entries.append(("round", round_, metrics))
+        if self.config.clients.max_restarts > 0:
+            self._save_checkpoint(round_)
         self.coordinator.report_round.remote(self.id, round_, metrics)
 
     def _gather(self, round_: int) -> list[Payload]:
@@ -459,7 +459,9 @@ class ClientActor:
         """The private state after ``round_``, for Ray to restart this client from."""
         self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.checkpoint_path.with_suffix(".tmp")
-        torch.save({"round": round_, "algorithm": self.algorithm}, tmp)
+        with self.lock:
+            journal = list(self.journal_entries)
+        torch.save({"round": round_, "algorithm": self.algorithm, "journal": journal}, tmp)
         os.replace(tmp, self.checkpoint_path)
 
     def _load_checkpoint(self) -> int | None:
@@ -469,6 +471,9 @@ class ClientActor:
         saved = torch.load(self.checkpoint_path, map_location=self.device, weights_only=False)
         self.algorithm = saved["algorithm"]
         self.completed = saved["round"]
+        self.journal_entries = saved["journal"]
+        for _, round_, metrics in self.journal_entries:  # a report the crash cut off
+            self.coordinator.report_round.remote(self.id, round_, metrics)
         return saved["round"]
 
     def _report_unreachable(self, target: int) -> None:

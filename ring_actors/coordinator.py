@@ -100,8 +100,12 @@ class Coordinator:
         """
         with self.lock:
             live = self.table.live
-            after = random.Random(self.config.experiment.seed * 7919 + client_id).choice(live)
-            first_round = min(self.table.members[c].last_round for c in live) + 1
+            # The predecessor hands over its state: it must have trained (not another newcomer).
+            members = self.table.members
+            veterans = [c for c in live if members[c].last_round >= members[c].first_round]
+            rng = random.Random(self.config.experiment.seed * 7919 + client_id)
+            after = rng.choice(veterans or live)
+            first_round = min(members[c].last_round for c in live) + 1
             self.handles[client_id] = handle
             self.table.add(client_id, node_id, after=after, first_round=first_round)
             self._event("join", client_id, first_round, f"spliced in after {after}")

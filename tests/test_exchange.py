@@ -11,6 +11,7 @@ import ray
 import torch
 
 from ring_actors.experiment import launch, shutdown, wait_and_finalize
+from ring_actors.models import build_backbone
 from tests.conftest import needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
@@ -90,6 +91,7 @@ def test_dynamic_topology_merges_from_degree_peers_and_accounts_bytes(ray_local,
     config = small_config(
         tmp_path,
         "clients.count=5",
+        "clients.num_cpus=0.25",  # five clients on the fixture's two CPUs
         "topology.kind=dynamic",
         "topology.degree=2",
         "topology.resample_every=1",
@@ -108,3 +110,33 @@ def test_dynamic_topology_merges_from_degree_peers_and_accounts_bytes(ray_local,
     for round_, sent in per_round.items():
         assert sent == pytest.approx(10 * model_bytes), round_
     assert summary["events"]["lost_payloads"] == 0
+
+
+def test_offer_decide_pulls_only_what_the_method_asks_for(ray_local, tmp_path):
+    """UA-PDFL with a zero threshold finds no peer similar: it pulls feature extractors
+    from every sampled peer and no classifier, so a round costs less than full models."""
+    config = small_config(
+        tmp_path,
+        "algorithm.name=ua_pdfl",
+        "algorithm.threshold=0.0",
+        "clients.count=4",
+        "topology.kind=dynamic",
+        "topology.degree=2",
+    )
+    out = tmp_path / "out"
+    summary, _ = _run(config, out)
+    assert summary["rounds_completed"] == 3
+    assert summary["events"]["lost_payloads"] == 0
+    rows = pq.read_table(out / "metrics.parquet").to_pylist()
+    later = [r for r in rows if r["round"] > 0]
+    assert later and all(r["merged"] == 2 for r in later)  # one pulled payload per peer
+    assert all(r["dropout"] == 0 for r in later)
+    full_model = sum(
+        t.numel() * t.element_size()
+        for t in build_backbone("cnn", (1, 28, 28), 10).state_dict().values()
+        if t.is_floating_point()
+    )
+    per_round = sum(r["bytes_sent"] for r in later) / len(later)
+    assert 0 < per_round < 2 * full_model  # features only, never two whole models
+    events = pq.read_table(out / "events.parquet").to_pylist()
+    assert not [e for e in events if e["kind"] in ("pull_failed", "payload_rejected")]

@@ -41,7 +41,7 @@ from ring_actors.models import build_backbone
 from ring_actors.protocol import Payload
 
 SIGNATURES, LEARNGENE = "signatures", "learngene"
-SIGNATURE_MAX_SAMPLES = 2000  # cost cap for the one-shot SVD (the subspace is stable by then)
+SIGNATURE_MAX_SAMPLES = 2000  # cost cap for the one-shot SVD: a seeded subsample beyond it
 _GENE_KEY = re.compile(r"^gene/c(\d+)/(.+)$")
 
 

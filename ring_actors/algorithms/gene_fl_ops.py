@@ -45,7 +45,7 @@ def lap_scalars(total: dict[str, torch.Tensor]) -> dict[str, float]:
     keys = [key for key, value in total.items() if value.dim() == 0]
     if not keys:
         return {}
-    values = torch.stack([total[key].double().cpu() for key in keys]).tolist()
+    values = torch.stack([total[key].double() for key in keys]).cpu().tolist()
     return dict(zip(keys, values, strict=True))
 
 

@@ -232,19 +232,19 @@ def test_gamma_shrinks_in_step_on_every_client():
     assert len(algos[0].selected) == full - 1  # the round-1 learnGene used round 0's gamma
 
 
-def clustered_ring(epochs: int = 1) -> tuple[list[GeneFL], list[LabelledImages]]:
+def clustered_ring() -> list[GeneFL]:
     """Four clients, two data subspaces, K = 2; round 0 (signatures + learnGene) done."""
     data = [skewed(0), skewed(1), skewed(2, True), skewed(3, True)]
-    algos = [make(seed=s + 1, clusters=2, epochs=epochs) for s in range(4)]
+    algos = [make(seed=s + 1, clusters=2) for s in range(4)]
     for algo, d in zip(algos, data, strict=True):
         algo.train_round(d)
     assert algos[0].laps(0) == ("signatures", "learngene") and algos[0].laps(1) == ("learngene",)
     run_laps(algos, round_=0)
-    return algos, data
+    return algos
 
 
 def test_clustering_is_identical_on_every_client():
-    algos, _ = clustered_ring()
+    algos = clustered_ring()
     for algo in algos[1:]:
         assert torch.equal(algo.centroids, algos[0].centroids)
         assert torch.equal(algo.counts, algos[0].counts)
@@ -255,10 +255,17 @@ def test_clustering_is_identical_on_every_client():
     key = next(iter(algos[0].params))
     torch.testing.assert_close(layer_value(algos[0], key), layer_value(algos[1], key))
     assert not torch.equal(layer_value(algos[0], key), layer_value(algos[2], key))
+    # the token's key order depends on where the lap starts: it must not matter
+    gathered = {}
+    for algo in reversed(algos):
+        gathered.update(algo.contribute("signatures", 0))
+    late = make(seed=2, clusters=2)  # client 1's seed: it finds its own signature
+    late.apply_lap("signatures", 0, gathered, [3, 2, 1, 0])
+    assert torch.equal(late.centroids, algos[0].centroids) and late.cluster == clusters[1]
 
 
 def test_joiner_picks_the_nearest_cluster_and_inherits_its_learngene():
-    algos, _ = clustered_ring()
+    algos = clustered_ring()
     handed = algos[0].hand_off_state()  # a predecessor in the other cluster
     joiner = make(seed=9, clusters=2)
     joiner.init_from(Payload(0, 0, 0, -1, handed, kind="init"))
@@ -280,13 +287,15 @@ def test_joiner_picks_the_nearest_cluster_and_inherits_its_learngene():
 
 
 def test_learns_separable_data_above_chance():
-    algos = [make(seed=s, epochs=2, batch=16, lr=0.05) for s in range(2)]
+    # a low floor, so the later rounds share only part of the model
+    algos = [make(seed=s, epochs=2, batch=16, lr=0.05, gene_fraction=0.001) for s in range(2)]
     data = [horizontal(s, 96) for s in range(2)]
     for round_ in range(3):
         for algo, d in zip(algos, data, strict=True):
             metrics = algo.train_round(d)
             assert math.isfinite(metrics["loss"])
         run_laps(algos, round_)
+    assert algos[0].gamma == 5 and len(algos[0].selected) == 6
     test = horizontal(99, 128)
     for algo in algos:
         assert algo.evaluate(test)["acc"] > 0.6  # chance is 0.25
