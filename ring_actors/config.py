@@ -81,8 +81,12 @@ class ClientsSection:
     # Ray restarts a crashed client this many times; it comes back from its last
     # checkpoint (written every round when > 0) and is spliced in again. 0: it stays out.
     max_restarts: int = 0
+    # Seconds to wait for every client actor to be placed and constructed; a cluster that
+    # cannot fit them fails the run with the demand and the capacity instead of waiting forever.
+    start_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
+        _check(self.start_timeout_s > 0, "clients.start_timeout_s", "a number > 0")
         _check(self.count >= 2, "clients.count", "an int >= 2 (a ring needs two clients)")
         _check(self.num_cpus > 0, "clients.num_cpus", "a number > 0 (fractions allowed)")
         _check(0 <= self.num_gpus <= 1, "clients.num_gpus", "a fraction in [0, 1]")

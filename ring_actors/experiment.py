@@ -71,8 +71,14 @@ class Experiment:
             )
             for i in ids
         }
-        facts = ray.get([h.describe.remote() for h in handles.values()])
         self.clients.update(handles)
+        refs = [h.describe.remote() for h in handles.values()]
+        ready, _ = ray.wait(
+            refs, num_returns=len(refs), timeout=self.config.clients.start_timeout_s
+        )
+        if len(ready) < len(refs):
+            raise PlacementError(_placement_message(self.config, len(refs) - len(ready)))
+        facts = ray.get(refs)
         self.placement.update(zip(handles, facts, strict=True))
 
     def join(self, count: int) -> list[int]:
@@ -90,12 +96,44 @@ class Experiment:
         return ids
 
 
-def connect_ray(address: str | None) -> None:
-    """Join the cluster at ``address`` (or ``RAY_ADDRESS``); start a local Ray otherwise."""
+class PlacementError(RuntimeError):
+    """The cluster cannot host every client the config asks for."""
+
+
+def _placement_message(config: Config, pending: int) -> str:
+    clients = config.clients
+    total = config.total_clients  # joiners announced by the fault plan start at launch too
+    capacity = ray.cluster_resources()
+    return (
+        f"{pending} of {total} client actors could not be placed within "
+        f"clients.start_timeout_s={clients.start_timeout_s:g}: they need "
+        f"{total} x clients.num_cpus={clients.num_cpus:g} = {total * clients.num_cpus:g} CPUs "
+        f"and {total} x clients.num_gpus={clients.num_gpus:g} = {total * clients.num_gpus:g} "
+        f"GPUs; the cluster has {capacity.get('CPU', 0):g} CPUs and {capacity.get('GPU', 0):g} "
+        "GPUs. Lower clients.num_cpus / clients.num_gpus or add nodes."
+    )
+
+
+def check_capacity(config: Config) -> None:
+    """Refuse at once a run that a fixed-size Ray instance can never fit."""
+    clients, total = config.clients, config.total_clients
+    capacity = ray.cluster_resources()
+    short_cpu = total * clients.num_cpus > capacity.get("CPU", 0) + 1e-9
+    short_gpu = total * clients.num_gpus > capacity.get("GPU", 0) + 1e-9
+    if short_cpu or short_gpu:
+        raise PlacementError(_placement_message(config, total))
+
+
+def connect_ray(address: str | None) -> bool:
+    """Join the cluster at ``address`` (or ``RAY_ADDRESS``); start a local Ray otherwise.
+
+    True when this call started a local Ray, whose size is then fixed (no autoscaler).
+    """
     if ray.is_initialized():
-        return
+        return False
     address = address or os.environ.get("RAY_ADDRESS")
     ray.init(address=address, log_to_driver=False, configure_logging=False)
+    return address is None
 
 
 def default_output_dir(config: Config) -> Path:
@@ -163,7 +201,8 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
     global_test = global_test_indices(
         splits, config.eval.global_max_samples, config.experiment.seed
     )
-    connect_ray(config.ray.address)
+    if connect_ray(config.ray.address):
+        check_capacity(config)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
 
     run_key = uuid.uuid4().hex[:12]
@@ -206,11 +245,15 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
         global_test,
         run_key,
     )
-    experiment.create_clients(list(range(config.total_clients)))
-    for i in range(config.clients.count):
-        node = experiment.placement[i]["node_id"]
-        ray.get(coordinator.register.remote(i, experiment.clients[i], node))
-        experiment.admitted.add(i)
+    try:
+        experiment.create_clients(list(range(config.total_clients)))
+        for i in range(config.clients.count):
+            node = experiment.placement[i]["node_id"]
+            ray.get(coordinator.register.remote(i, experiment.clients[i], node))
+            experiment.admitted.add(i)
+    except BaseException:
+        shutdown(experiment)  # nothing of a run that could not start stays on the cluster
+        raise
     return experiment
 
 

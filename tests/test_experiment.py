@@ -13,7 +13,14 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from ring_actors.config import config_from_dict
-from ring_actors.experiment import launch, run_experiment, shutdown, wait_and_finalize
+from ring_actors.experiment import (
+    PlacementError,
+    check_capacity,
+    launch,
+    run_experiment,
+    shutdown,
+    wait_and_finalize,
+)
 from ring_actors.models import build_backbone
 from ring_actors.protocol import Payload
 from tests.conftest import needs_data, small_config
@@ -113,6 +120,19 @@ def test_clients_take_fractional_gpus_and_fall_back_to_cpu(ray_local, tmp_path):
         assert available == pytest.approx(0.0)
     finally:
         shutdown(experiment)
+
+
+def test_clients_that_cannot_all_be_placed_fail_the_launch_and_leave_nothing(ray_local, tmp_path):
+    # Five clients of 0.5 CPU on the fixture's two CPUs: one can never be placed.
+    config = small_config(tmp_path, "clients.count=5", "clients.start_timeout_s=60")
+    with pytest.raises(PlacementError, match=r"clients\.num_cpus=0\.5 = 2\.5 CPUs"):
+        check_capacity(config)
+    with pytest.raises(PlacementError, match="1 of 5 client actors could not be placed"):
+        launch(config, tmp_path / "out")
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the killed actors hand their CPUs back
+    assert ray.available_resources().get("CPU", 0) == pytest.approx(2)
 
 
 def test_receiver_rejects_malformed_payloads_and_drops_duplicates(ray_local, tmp_path):

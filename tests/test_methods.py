@@ -31,8 +31,11 @@ def test_gene_fl_clusters_averages_and_serves_a_joiner(ray_local, tmp_path):
         "algorithm.name=gene_fl",
         "algorithm.clusters=2",
         "algorithm.participation=1.0",
-        "algorithm.lr=0.05",
+        "algorithm.optimizer=adam",  # ten steps a round: SGD at the paper's rate barely moves
+        "algorithm.lr=0.002",
+        "algorithm.known_rounds=2",  # as in the paper, the known clients stop as joiners come
         "clients.count=4",
+        "clients.num_cpus=0.4",  # four clients and the joiner on two CPUs
         "experiment.rounds=5",
         "data.partition.joiner_classes=other_half",
         "faults=[{at_round: 2, join: 1}]",
@@ -46,7 +49,8 @@ def test_gene_fl_clusters_averages_and_serves_a_joiner(ray_local, tmp_path):
     assert [e["client"] for e in events if e["kind"] == "join_initialised"] == [4]
     assert not [e for e in events if e["kind"] == "lap_failed"]
     rows = pq.read_table(out / "metrics.parquet").to_pylist()
-    joiner = sorted((r["round"], r) for r in rows if r["client"] == 4)
-    assert joiner and joiner[0][0] >= 2
-    assert joiner[-1][1]["local_acc"] > 0.6  # it learns its own, unseen classes
-    assert summary["local_acc"]["mean"] > 0.6
+    joiner = [r for _, r in sorted((r["round"], r) for r in rows if r["client"] == 4)]
+    assert joiner and joiner[0]["round"] == 2
+    assert joiner[0]["initia_bytes"] > 0  # it inherited its cluster's learnGene
+    # Two classes of its own that the known clients never saw: chance is 0.5.
+    assert joiner[-1]["local_acc"] > 0.8
