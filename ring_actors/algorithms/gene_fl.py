@@ -113,6 +113,7 @@ class GeneFL(Algorithm):
         self.joined = False  # set by init_from: an agnostic newcomer
         self.pending = False  # a newcomer that has not yet picked its cluster
         self.participating = False
+        self.retired = False  # a known client past its phase: keeps its personal model
         self.selected: tuple[str, ...] = ()  # this round's learnGene layers
         self.train_acc = 0.0
         self.num_samples = 0
@@ -195,10 +196,11 @@ class GeneFL(Algorithm):
         """Install our cluster's layer means; remember every cluster's latest learnGene.
 
         A layer nobody in the cluster contributed keeps its value; a cluster with no
-        contributors this round keeps its previous learnGene.
+        contributors this round keeps its previous learnGene. A retired known client no
+        longer receives its cluster's model, as a client the server no longer selects.
         """
         means, gene = cluster_means(total, weights, k, self.groups)
-        if k == self.cluster:
+        if k == self.cluster and not self.retired:
             self._install(means)
         if gene:  # kept on the CPU: only a joiner's hand-off reads it
             self.genes[k] = {key: value.cpu() for key, value in gene.items()}
@@ -279,6 +281,7 @@ class GeneFL(Algorithm):
             metrics.update(self._settle_join())
         known_done = not self.joined and opts.known_rounds is not None
         known_done = known_done and self.round >= opts.known_rounds
+        self.retired = known_done
         self.participating = not known_done and takes_part(
             self.task.shared_seed, self.round, self.task.seed, opts.participation
         )

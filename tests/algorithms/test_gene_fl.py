@@ -219,6 +219,17 @@ def test_non_participant_contributes_nothing_and_does_not_train():
     assert known.train_round(horizontal(0))["participated"] == 0.0
 
 
+def test_known_client_past_its_phase_keeps_its_model_while_others_average():
+    retired, active = make(seed=1, known_rounds=1), make(seed=2)
+    retired.round = 1  # its known phase is over
+    for algo in (retired, active):
+        algo.train_round(horizontal(algo.task.seed))
+    kept = {k: layer_value(retired, k) for k in retired.params}
+    run_laps([retired, active], round_=1)
+    assert all(torch.equal(layer_value(retired, k), v) for k, v in kept.items())
+    assert retired.genes[0]  # it still holds the learnGene a joiner after it is served
+
+
 def test_gamma_shrinks_in_step_on_every_client():
     algos = [make(seed=s, gamma_delta=1.0, gene_fraction=0.001) for s in range(2)]
     full = algos[0].gamma
