@@ -50,6 +50,9 @@ class Coordinator:
         self.next_probe: dict[int, float] = {}
         self.suspects: set[int] = set()
         self.hung: set[int] = set()  # bypassed for silence, not death: may come back
+        # Bypasses whose ring has not yet healed: (time of the bypass, the round every live
+        # member must finish, having started it after the bypass).
+        self.healing: list[tuple[float, int]] = []
         self.broadcast_epoch = -1
         self.saved_at = 0.0
 
@@ -210,6 +213,7 @@ class Coordinator:
                 self._settle_probes,
                 self._start_probes,
                 self._reconcile_views,
+                self._settle_heals,
                 self._log_round_means,
                 self.tracker.flush,
                 self._checkpoint,
@@ -254,8 +258,26 @@ class Coordinator:
             self._broadcast()
             self.broadcast_epoch = self.table.epoch
 
+    def _settle_heals(self) -> None:
+        """STEP 4: a bypass has healed once every live member finished a round it began after
+        it; the event records how long that took."""
+        live = self.table.live
+        if not live:
+            return
+        slowest = min(self.table.members[c].last_round for c in live)
+        now = self._now()
+        for bypassed_at, target in [h for h in self.healing if slowest >= h[1]]:
+            self.healing.remove((bypassed_at, target))
+            self._event(
+                "healed",
+                -1,
+                target,
+                "every live member passed the bypass",
+                latency_s=now - bypassed_at,
+            )
+
     def _log_round_means(self) -> None:
-        """STEP 4: client means of a round once every live member has reported it."""
+        """STEP 5: client means of a round once every live member has reported it."""
         live = set(self.table.live)
         for round_ in sorted(self.by_round):
             reports = self.by_round[round_]
@@ -265,7 +287,7 @@ class Coordinator:
             self.tracker.add_metrics(_means(reports.values()), round_)
 
     def _checkpoint(self) -> None:
-        """STEP 6: save what a restarted coordinator needs, at most twice a second."""
+        """STEP 7: save what a restarted coordinator needs, at most twice a second."""
         if time.monotonic() - self.saved_at < 0.5:
             return
         self.saved_at = time.monotonic()
@@ -281,6 +303,7 @@ class Coordinator:
                 "rounds_logged": self.rounds_logged,
                 "done": self.done,
                 "hung": self.hung,
+                "healing": self.healing,
             },
         )
 
@@ -296,6 +319,7 @@ class Coordinator:
             saved["done"],
             saved["hung"],
         )
+        self.healing = saved.get("healing", [])
         for client_id in self.table.live:
             try:
                 self.handles[client_id] = ray.get_actor(
@@ -335,11 +359,18 @@ class Coordinator:
             self.handles[client_id].set_view.remote(view, handles)
 
     def _mark_dead(self, client_id: int, cause: str, detail: str) -> None:
+        """Bypass a member; its event's latency is the time since it was last heard from
+        (a bound on the detection latency: the fault came after its last sign of life)."""
+        member = self.table.members[client_id]
         if self.table.mark(client_id, MemberState.DEAD):
             self.suspects.discard(client_id)
-            round_ = self.table.members[client_id].last_round
-            self._event(cause, client_id, round_, detail)
-            self._event("bypass", client_id, round_, f"ring now {self.table.live}")
+            silent = time.monotonic() - member.last_seen
+            self._event(cause, client_id, member.last_round, detail, latency_s=silent)
+            self._event("bypass", client_id, member.last_round, f"ring now {self.table.live}")
+            live = self.table.live
+            if live:
+                newest = max(self.table.members[c].last_round for c in live)
+                self.healing.append((self._now(), newest + 1))
 
     def _rejoin(self, client_id: int) -> None:
         """A member bypassed as hung is back, with its private state: splice it in again."""
@@ -350,15 +381,22 @@ class Coordinator:
         round_ = self.table.members[client_id].last_round
         self._event("rejoin", client_id, round_, f"spliced in after {after}")
 
-    def _event(self, kind: str, client_id: int, round_: int, detail: str) -> None:
+    def _now(self) -> float:
+        """Seconds since the rounds began: the events' clock."""
+        return time.monotonic() - self.started_at
+
+    def _event(
+        self, kind: str, client_id: int, round_: int, detail: str, **measured: float
+    ) -> None:
         self.events.append(
             {
-                "time_s": time.monotonic() - self.started_at,
+                "time_s": self._now(),
                 "kind": kind,
                 "client": client_id,
                 "round": round_,
                 "epoch": self.table.epoch,
                 "detail": detail,
+                **measured,
             }
         )
 
@@ -399,6 +437,8 @@ class Coordinator:
         samples = sum(m.get("samples", 0.0) for m in reports)
         per_round = statistics.fmean([m.get("bytes_sent", 0.0) for m in reports] or [0.0])
         kinds = [e["kind"] for e in self.events]
+        detected = [e["latency_s"] for e in self.events if e["kind"] in ("crash", "hang")]
+        healed = [e["latency_s"] for e in self.events if e["kind"] == "healed"]
         return {
             "algorithm": self.config.algorithm.name,
             "dataset": self.config.data.dataset,
@@ -425,6 +465,9 @@ class Coordinator:
                 "rejoins": kinds.count("rejoin"),
                 "lost_payloads": sum(d["lost"] for d in self.done.values()),
             },
+            # Seconds from a bypassed member's last sign of life to its bypass, and from the
+            # bypass until every survivor finished a round begun after it.
+            "recovery": {"detection_s": detected, "heal_s": healed},
             "wall_s": wall_s,
             "samples_per_s": samples / wall_s if wall_s > 0 else 0.0,
             "ring_order": self.table.live,

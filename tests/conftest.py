@@ -23,6 +23,7 @@ def ray_local():
     import ray
 
     ray.init(
+        address="local",  # a fresh instance, even if another Ray runs on this machine
         num_cpus=2,
         num_gpus=1,
         include_dashboard=False,

@@ -176,6 +176,16 @@ def test_crashed_client_is_bypassed_and_nothing_is_lost(ray_local, tmp_path):
     assert summary["events"]["bypasses"] == 1
     assert summary["events"]["lost_payloads"] == 0
     assert "2" in summary["local_acc"]["per_client"]  # the dead client's last metrics remain
+    # Detected within the hop timeout of its last sign of life; healed once, after the bypass.
+    (detection,) = summary["recovery"]["detection_s"]
+    (heal,) = summary["recovery"]["heal_s"]
+    assert 0 <= detection < 10 and heal > 0
+    events = pq.read_table(tmp_path / "out" / "events.parquet").to_pylist()
+    kinds = [e["kind"] for e in events]
+    assert kinds.index("bypass") < kinds.index("healed")
+    (healed,) = [e for e in events if e["kind"] == "healed"]
+    (bypass,) = [e for e in events if e["kind"] == "bypass"]
+    assert healed["time_s"] - bypass["time_s"] == pytest.approx(heal, abs=0.01)
 
 
 def test_late_joiners_are_spliced_in_and_initialised_from_their_predecessor(ray_local, tmp_path):
