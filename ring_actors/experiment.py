@@ -100,15 +100,21 @@ class PlacementError(RuntimeError):
     """The cluster cannot host every client the config asks for."""
 
 
+def _demand(config: Config) -> dict[str, float]:
+    """What every client together asks of the cluster; joiners announced by the fault plan
+    start at launch too."""
+    total = config.total_clients
+    return {"CPU": total * config.clients.num_cpus, "GPU": total * config.clients.num_gpus}
+
+
 def _placement_message(config: Config, pending: int) -> str:
-    clients = config.clients
-    total = config.total_clients  # joiners announced by the fault plan start at launch too
+    clients, total, demand = config.clients, config.total_clients, _demand(config)
     capacity = ray.cluster_resources()
     return (
         f"{pending} of {total} client actors could not be placed within "
         f"clients.start_timeout_s={clients.start_timeout_s:g}: they need "
-        f"{total} x clients.num_cpus={clients.num_cpus:g} = {total * clients.num_cpus:g} CPUs "
-        f"and {total} x clients.num_gpus={clients.num_gpus:g} = {total * clients.num_gpus:g} "
+        f"{total} x clients.num_cpus={clients.num_cpus:g} = {demand['CPU']:g} CPUs "
+        f"and {total} x clients.num_gpus={clients.num_gpus:g} = {demand['GPU']:g} "
         f"GPUs; the cluster has {capacity.get('CPU', 0):g} CPUs and {capacity.get('GPU', 0):g} "
         "GPUs. Lower clients.num_cpus / clients.num_gpus or add nodes."
     )
@@ -116,12 +122,9 @@ def _placement_message(config: Config, pending: int) -> str:
 
 def check_capacity(config: Config) -> None:
     """Refuse at once a run that a fixed-size Ray instance can never fit."""
-    clients, total = config.clients, config.total_clients
     capacity = ray.cluster_resources()
-    short_cpu = total * clients.num_cpus > capacity.get("CPU", 0) + 1e-9
-    short_gpu = total * clients.num_gpus > capacity.get("GPU", 0) + 1e-9
-    if short_cpu or short_gpu:
-        raise PlacementError(_placement_message(config, total))
+    if any(need > capacity.get(kind, 0) + 1e-9 for kind, need in _demand(config).items()):
+        raise PlacementError(_placement_message(config, config.total_clients))
 
 
 def connect_ray(address: str | None) -> bool:

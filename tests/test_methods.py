@@ -49,7 +49,7 @@ def test_gene_fl_clusters_averages_and_serves_a_joiner(ray_local, tmp_path):
     assert [e["client"] for e in events if e["kind"] == "join_initialised"] == [4]
     assert not [e for e in events if e["kind"] == "lap_failed"]
     rows = pq.read_table(out / "metrics.parquet").to_pylist()
-    joiner = [r for _, r in sorted((r["round"], r) for r in rows if r["client"] == 4)]
+    joiner = sorted((r for r in rows if r["client"] == 4), key=lambda r: r["round"])
     assert joiner and joiner[0]["round"] == 2
     assert joiner[0]["initia_bytes"] > 0  # it inherited its cluster's learnGene
     # Two classes of its own that the known clients never saw: chance is 0.5.
