@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
+import sys
 import threading
 import time
 from pathlib import Path
@@ -356,6 +358,7 @@ class ClientActor:
             round_s=time.monotonic() - started,
             samples=float(len(self.train)),
             bytes_sent=float(self.outbox.bytes_dispatched - bytes_before),
+            peak_rss_mb=peak_rss_mb(),
         )
         if delay:
             metrics["slow_delay_s"] = delay
@@ -478,6 +481,12 @@ class ClientActor:
 
     def _report_unreachable(self, target: int) -> None:
         self.coordinator.report_unreachable.remote(self.id, target, self.current_view.epoch)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory: many actors share one host, so growth matters."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes there, KiB here
 
 
 def _shapes(tensors: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:

@@ -190,14 +190,23 @@ class Coordinator:
     def progress(self) -> dict[str, Any]:
         with self.lock:
             live = self.table.live
-            rounds = [self.table.members[c].last_round + 1 for c in live]
+            members = self.table.members
+            rounds = [members[c].last_round + 1 for c in live]
+            trained = {c: max(0, m.last_round + 1 - m.first_round) for c, m in members.items()}
+            planned = sum(
+                self.config.experiment.rounds - members[c].first_round if c in live else done
+                for c, done in trained.items()
+            )
             return {
                 "round": min(rounds, default=0),
                 "newest": max(rounds, default=0) - 1,  # the furthest round a member finished
                 "epoch": self.table.epoch,
                 "live": len(live),
                 "done": sum(1 for c in live if c in self.done),
-                "rounds_done": sum(rounds),
+                # Rounds trained, departed members' included, and the rounds the run will
+                # have trained when the members live now finish: a joiner adds only its own.
+                "rounds_done": sum(trained.values()),
+                "rounds_planned": planned,
                 "finished": bool(live) and all(c in self.done for c in live),
             }
 

@@ -275,7 +275,7 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
             for index in driver_faults_due(config.faults, state["round"], applied):
                 apply_driver_fault(experiment, config.faults[index])
                 applied.add(index)
-            bar.total = max(total, state["rounds_done"])
+            bar.total = state["rounds_planned"] or total
             bar.update(state["rounds_done"] - bar.n)
             if state["finished"]:
                 break

@@ -73,6 +73,12 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
         (c, r) for c in range(4) for r in range(3)
     ]
     assert all(0 <= r["local_acc"] <= 1 and 0 <= r["global_acc"] <= 1 for r in metrics)
+    # A client process with torch loaded holds well over 100 MB; its peak never falls.
+    for c in range(4):
+        peaks = [
+            r["peak_rss_mb"] for r in sorted(metrics, key=lambda r: r["round"]) if r["client"] == c
+        ]
+        assert all(100 < p < 64_000 for p in peaks) and peaks == sorted(peaks)
     events = pq.read_table(out / "events.parquet")
     assert {"time_s", "kind", "client", "round", "epoch"} <= set(events.column_names)
 
@@ -193,7 +199,13 @@ def test_late_joiners_are_spliced_in_and_initialised_from_their_predecessor(ray_
         tmp_path, "clients.count=3", "experiment.rounds=5", "faults=[{at_round: 2, join: 1}]"
     )
     out = tmp_path / "out"
-    summary = run_experiment(config, out, progress=False)
+    experiment = launch(config, out)
+    try:
+        ray.get(experiment.coordinator.start_clients.remote())
+        summary = wait_and_finalize(experiment, time.monotonic(), progress=False)
+        progress = ray.get(experiment.coordinator.progress.remote())
+    finally:
+        shutdown(experiment)
     assert summary["events"]["joins"] == 1
     assert sorted(summary["ring_order"]) == [0, 1, 2, 3]
     assert summary["rounds_completed"] == 5
@@ -206,6 +218,8 @@ def test_late_joiners_are_spliced_in_and_initialised_from_their_predecessor(ray_
     )
     assert rows[0][0] >= 2 and rows[-1][0] == 4
     assert rows[-1][1] > 0.8
+    # Progress counts the rounds the joiner trained, not the ones it skipped by joining late.
+    assert progress["rounds_done"] == progress["rounds_planned"] == 3 * 5 + len(rows)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
