@@ -84,9 +84,13 @@ class ClientsSection:
     # Seconds to wait for every client actor to be placed and constructed; a cluster that
     # cannot fit them fails the run with the demand and the capacity instead of waiting forever.
     start_timeout_s: float = 300.0
+    # Clients in standby, each with a data partition, for joins a driver makes through
+    # ``Experiment.join`` (the fault plan's joins have their own).
+    reserve: int = 0
 
     def __post_init__(self) -> None:
         _check(self.start_timeout_s > 0, "clients.start_timeout_s", "a number > 0")
+        _check(self.reserve >= 0, "clients.reserve", "an int >= 0", self.reserve)
         _check(self.count >= 2, "clients.count", "an int >= 2 (a ring needs two clients)")
         _check(self.num_cpus > 0, "clients.num_cpus", "a number > 0 (fractions allowed)")
         _check(0 <= self.num_gpus <= 1, "clients.num_gpus", "a fraction in [0, 1]")
@@ -169,7 +173,8 @@ class FaultSection:
     ``crash``: these clients' processes exit at the start of that round. ``hang``: they freeze
     (the whole process, heartbeats included) for ``for_s`` seconds. ``slow``: they sleep
     ``delay_s`` every round from then on. ``join``: that many new clients (with data
-    partitions of their own) are spliced into the running ring. ``kill_node``: every client
+    partitions of their own) are spliced into the running ring before it begins that round,
+    which is the first they train. ``kill_node``: every client
     on the node that hosts each listed client dies at once. ``kill_coordinator``: the
     coordinator is killed; Ray restarts it and it recovers from its checkpoint.
     """
@@ -218,8 +223,8 @@ class Config:
 
     @property
     def total_clients(self) -> int:
-        """Clients at the start plus every client the fault plan lets join."""
-        return self.clients.count + sum(entry.join for entry in self.faults)
+        """Clients at the start plus every client the fault plan or a driver lets join."""
+        return self.clients.count + self.clients.reserve + sum(e.join for e in self.faults)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict, as written to ``config.yaml`` and logged as MLflow params."""

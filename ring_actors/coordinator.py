@@ -25,6 +25,9 @@ from ring_actors.tracking import Tracker, flatten, write_outputs
 log = logging.getLogger(__name__)
 
 
+CHECKPOINT = "coordinator.ckpt"  # in the output dir: what a restarted coordinator resumes from
+
+
 class Coordinator:
     """One writer of membership and tracking state.
 
@@ -36,7 +39,7 @@ class Coordinator:
         self.config = config
         self.run_key = run_key
         self.output_dir = Path(output_dir)
-        self.checkpoint_path = self.output_dir / "coordinator.ckpt"
+        self.checkpoint_path = self.output_dir / CHECKPOINT
         self.table = MembershipTable()
         self.handles: dict[int, ray.actor.ActorHandle] = {}
         self.lock = threading.RLock()
@@ -95,11 +98,18 @@ class Coordinator:
                 self.handles[client_id].start.remote()
             self.broadcast_epoch = self.table.epoch  # RUNNING does not change the live set
 
-    def admit(self, client_id: int, handle: ray.actor.ActorHandle, node_id: str) -> int:
+    def admit(
+        self,
+        client_id: int,
+        handle: ray.actor.ActorHandle,
+        node_id: str,
+        first_round: int | None = None,
+    ) -> int:
         """Splice a new client in after a (seeded) random live member and start it there.
 
         The newcomer's predecessor hands it its latest shared state for ``init_from``; the
-        newcomer starts at the ring's current round. Returns the predecessor's id.
+        newcomer first trains ``first_round``, or the earliest round the ring cannot have
+        begun. Returns the predecessor's id.
         """
         with self.lock:
             live = self.table.live
@@ -108,7 +118,7 @@ class Coordinator:
             veterans = [c for c in live if members[c].last_round >= members[c].first_round]
             rng = random.Random(self.config.experiment.seed * 7919 + client_id)
             after = rng.choice(veterans or live)
-            first_round = min(members[c].last_round for c in live) + 1
+            first_round = self._entry_round(first_round)
             self.handles[client_id] = handle
             self.table.add(client_id, node_id, after=after, first_round=first_round)
             self._event("join", client_id, first_round, f"spliced in after {after}")
@@ -138,7 +148,7 @@ class Coordinator:
             self.suspects.discard(client_id)
             live = self.table.live
             after = random.Random(self.table.epoch).choice(live)
-            first_round = min(self.table.members[c].last_round for c in live) + 1
+            first_round = self._entry_round()
             self.handles[client_id] = handle
             self.table.members[client_id].node_id = node_id
             self.table.revive(client_id, after, first_round)
@@ -151,6 +161,21 @@ class Coordinator:
             if checkpoint_round is None:
                 self.handles[after].hand_off.remote(client_id, handle)
             handle.start.remote(first_round, checkpoint_round is None)
+
+    def _entry_round(self, wanted: int | None = None) -> int:
+        """The first round a client spliced in now trains: ``wanted`` if the ring cannot
+        have begun it. A member that reported round n may be in round n + 1 with its lap
+        even finished, so a newcomer there would wait for a lap that never comes. Round
+        n + 2 is safe: its lap needs every member to finish n + 1 first, and the new view
+        reaches them long before.
+        """
+        return max(wanted or 0, self._newest_trained() + 2)
+
+    def _newest_trained(self) -> int:
+        """The furthest round any member has finished training (a joiner's skipped rounds
+        do not count); -1 before any has."""
+        members = self.table.members.values()
+        return max((m.last_round for m in members if m.last_round >= m.first_round), default=-1)
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         with self.lock:
@@ -199,7 +224,7 @@ class Coordinator:
             )
             return {
                 "round": min(rounds, default=0),
-                "newest": max(rounds, default=0) - 1,  # the furthest round a member finished
+                "newest": self._newest_trained(),
                 "epoch": self.table.epoch,
                 "live": len(live),
                 "done": sum(1 for c in live if c in self.done),

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from ring_actors.client import ClientActor
 from ring_actors.config import Config, FaultSection
-from ring_actors.coordinator import Coordinator
+from ring_actors.coordinator import CHECKPOINT, Coordinator
 from ring_actors.data.partition import ClientSplit, split_clients
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.faults import driver_faults_due
@@ -54,7 +54,8 @@ class Experiment:
         if missing:
             raise ValueError(
                 f"clients {missing} have no data partition: the data was split for "
-                f"{len(self.splits)} clients; declare joins in the config's faults"
+                f"{len(self.splits)} clients; declare joins in the config's faults or "
+                "hold clients in reserve (clients.reserve)"
             )
         state_dir = str(self.output_dir / "clients")
         handles = {
@@ -81,18 +82,21 @@ class Experiment:
         facts = ray.get(refs)
         self.placement.update(zip(handles, facts, strict=True))
 
-    def join(self, count: int) -> list[int]:
+    def join(self, count: int, first_round: int | None = None) -> list[int]:
         """Add ``count`` clients to the running ring; returns their ids.
 
         Clients the fault plan announced were started at launch and wait in standby, so they
         join at the planned round instead of after a process start; others are started here.
+        They first train ``first_round`` or, if the ring may have begun it, the earliest
+        round it cannot have.
         """
         ids = [i for i in self.placement if i not in self.admitted][:count]
         fresh = list(range(len(self.placement), len(self.placement) + count - len(ids)))
         self.create_clients(fresh)
         for i in [*ids, *fresh]:
             self.admitted.add(i)
-            ray.get(self.coordinator.admit.remote(i, self.clients[i], self.placement[i]["node_id"]))
+            node = self.placement[i]["node_id"]
+            ray.get(self.coordinator.admit.remote(i, self.clients[i], node, first_round))
         return ids
 
 
@@ -140,8 +144,23 @@ def connect_ray(address: str | None) -> bool:
 
 
 def default_output_dir(config: Config) -> Path:
+    """``runs/<name>-<algorithm>-<time>``, with a suffix when that run directory exists."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{config.experiment.name}-{config.algorithm.name}-{stamp}"
+    base = Path("runs") / f"{config.experiment.name}-{config.algorithm.name}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Refuse a directory that holds another run: its checkpoints would be resumed as ours."""
+    if (output_dir / CHECKPOINT).exists():
+        raise FileExistsError(
+            f"output dir {output_dir} already holds a run ({CHECKPOINT}); "
+            "pass another --output-dir or remove it"
+        )
 
 
 def split_for(config: Config, dataset: DatasetArrays) -> list[ClientSplit]:
@@ -199,6 +218,7 @@ def global_test_indices(splits: list[ClientSplit], cap: int | None, seed: int) -
 def launch(config: Config, output_dir: Path | None = None) -> Experiment:
     """Load and split the data once, put it in the object store, and start every actor."""
     output_dir = (output_dir or default_output_dir(config)).resolve()
+    check_output_dir(output_dir)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     splits = split_for(config, dataset)
     global_test = global_test_indices(
@@ -272,7 +292,8 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
             except RayActorError:  # the coordinator is being restarted: ask again
                 time.sleep(0.5)
                 continue
-            for index in driver_faults_due(config.faults, state["round"], applied):
+            due = driver_faults_due(config.faults, state["round"], state["newest"], applied)
+            for index in due:
                 apply_driver_fault(experiment, config.faults[index])
                 applied.add(index)
             bar.total = state["rounds_planned"] or total
@@ -286,7 +307,7 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
 def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
     """The fault-plan entries the driver carries out: joins and kills of actors it holds."""
     if entry.join:
-        experiment.join(entry.join)
+        experiment.join(entry.join, first_round=entry.at_round)
     if entry.kill_coordinator:
         ray.kill(experiment.coordinator, no_restart=False)
     if entry.kill_node:

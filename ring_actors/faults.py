@@ -37,14 +37,18 @@ def slow_delay(plan: Sequence[FaultSection], client_id: int, round_: int) -> flo
 
 
 def driver_faults_due(
-    plan: Sequence[FaultSection], ring_round: int, applied: set[int]
+    plan: Sequence[FaultSection], ring_round: int, newest: int, applied: set[int]
 ) -> list[int]:
-    """Indices of the entries the driver applies (joins, kills of nodes or the coordinator)
-    that the ring has reached (``ring_round``) and that were not applied yet."""
-    return [
-        index
-        for index, entry in enumerate(plan)
-        if (entry.join or entry.kill_node or entry.kill_coordinator)
-        and entry.at_round <= ring_round
-        and index not in applied
-    ]
+    """Indices of the entries the driver applies that are due and not applied yet.
+
+    Kills of nodes or the coordinator are due once every member has reached their round
+    (``ring_round``). A join at round R is due once some member has finished round R - 2
+    (``newest``): spliced in then, the joiner is in the ring before anyone begins round R.
+    """
+
+    def due(entry: FaultSection) -> bool:
+        if entry.join:
+            return newest + 2 >= entry.at_round
+        return bool(entry.kill_node or entry.kill_coordinator) and ring_round >= entry.at_round
+
+    return [i for i, entry in enumerate(plan) if i not in applied and due(entry)]

@@ -118,6 +118,8 @@ class RingLaps:
                     if view.successor(host.id) is None:  # alone: the total is ours
                         return self._finish(name, round_, contribution, [host.id], leader=True)
                     attempt = max(mine, default=-1) + 1
+                    if attempt > 0:
+                        host.event("lap_restarted", round_, f"lap {name!r}, attempt {attempt}")
                     mine.add(attempt)
                     attempt_at, attempt_members = now, frozenset(view.members)
                     token: dict[str, torch.Tensor] = {}
@@ -144,6 +146,7 @@ class RingLaps:
                 last_progress = time.monotonic()
                 fetched = host.fetch_lap_result(leader, name, round_)
                 if fetched is not None:
+                    host.event("lap_result_fetched", round_, f"lap {name!r} from {leader}")
                     with self.lock:
                         self.results.setdefault(key, fetched)
                     continue

@@ -191,6 +191,7 @@ def test_wrong_type_names_key_and_expected_type(override, key, fragment):
     [
         ("clients.count=1", "clients.count", ">= 2"),
         ("clients.num_gpus=1.5", "clients.num_gpus", "[0, 1]"),
+        ("clients.reserve=-1", "clients.reserve", ">= 0"),
         ("experiment.rounds=0", "experiment.rounds", ">= 1"),
         ("data.partition.beta=0", "data.partition.beta", "> 0"),
         ("data.max_train_per_client=0", "data.max_train_per_client", ">= 1"),
@@ -269,6 +270,13 @@ def test_faults_entries_parse_into_sections():
 def test_faults_client_ids_out_of_range(ids):
     message = error_of([f"faults=[{{at_round: 1, slow: {ids}, delay_s: 1}}]"])
     assert "faults[].slow" in message and "[0, 8)" in message
+
+
+def test_total_clients_counts_the_first_the_reserve_and_the_planned_joiners():
+    config = load_config(
+        None, ["clients.count=4", "clients.reserve=2", "faults=[{at_round: 3, join: 3}]"]
+    )
+    assert config.total_clients == 9
 
 
 def test_faults_client_ids_checked_against_the_configured_count():

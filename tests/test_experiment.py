@@ -16,6 +16,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.experiment import (
     PlacementError,
     check_capacity,
+    default_output_dir,
     launch,
     run_experiment,
     shutdown,
@@ -93,6 +94,19 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
     assert len(client.get_metric_history(run.info.run_id, "client_3/global_acc")) == 3
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"summary.json", "metrics.parquet", "events.parquet", "config.yaml"} <= artifacts
+
+    # A second run into the same directory would resume this one's checkpoints: refused.
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        run_experiment(config, out, progress=False)
+
+
+def test_default_output_dirs_never_collide(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = small_config(tmp_path)
+    first = default_output_dir(config)
+    first.mkdir(parents=True)
+    second = default_output_dir(config)
+    assert second != first and not second.exists()
 
 
 def test_async_ring_finishes_with_a_straggler(ray_local, tmp_path):
@@ -220,6 +234,39 @@ def test_late_joiners_are_spliced_in_and_initialised_from_their_predecessor(ray_
     assert rows[-1][1] > 0.8
     # Progress counts the rounds the joiner trained, not the ones it skipped by joining late.
     assert progress["rounds_done"] == progress["rounds_planned"] == 3 * 5 + len(rows)
+
+
+def test_a_client_joined_mid_run_starts_at_a_round_the_ring_has_not_begun(ray_local, tmp_path):
+    config = small_config(
+        tmp_path,
+        "clients.count=3",
+        "clients.reserve=1",
+        "experiment.rounds=6",
+        "algorithm.name=fedavg",
+    )
+    out = tmp_path / "out"
+    experiment = launch(config, out)
+    try:
+        started = time.monotonic()
+        ray.get(experiment.coordinator.start_clients.remote())
+        while ray.get(experiment.coordinator.progress.remote())["newest"] < 1:
+            time.sleep(0.1)
+        before = ray.get(experiment.coordinator.progress.remote())["newest"]
+        (joiner,) = experiment.join(1)  # the driver API: no round asked for
+        after = ray.get(experiment.coordinator.progress.remote())["newest"]
+        summary = wait_and_finalize(experiment, started, progress=False)
+    finally:
+        shutdown(experiment)
+    events = pq.read_table(out / "events.parquet").to_pylist()
+    (join,) = [e for e in events if e["kind"] == "join"]
+    assert join["client"] == joiner == 3
+    assert before + 2 <= join["round"] <= after + 2
+    # Every lap of the joiner's rounds went round the whole ring at the first attempt.
+    laps = {"lap_failed", "lap_restarted", "lap_result_fetched"}
+    assert not [e for e in events if e["kind"] in laps]
+    assert summary["events"]["joins"] == 1 and summary["events"]["lost_payloads"] == 0
+    rows = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert sorted(r["round"] for r in rows if r["client"] == 3) == list(range(join["round"], 6))
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

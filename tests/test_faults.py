@@ -46,13 +46,20 @@ def test_other_clients_are_unaffected():
         assert slow_delay(plan, client, 7) == 0.0
 
 
-def test_driver_applies_joins_and_kills_once_when_the_ring_reaches_them():
+def test_driver_applies_kills_once_when_the_ring_reaches_them():
     plan = (
-        FaultSection(at_round=1, join=2),
         FaultSection(at_round=2, kill_coordinator=True),
         FaultSection(at_round=3, kill_node=(0,)),
         FaultSection(at_round=0, crash=(1,)),  # the client carries this one out itself
     )
-    assert driver_faults_due(plan, 0, set()) == []
-    assert driver_faults_due(plan, 2, set()) == [0, 1]
-    assert driver_faults_due(plan, 5, {0, 1}) == [2]
+    assert driver_faults_due(plan, 1, 2, set()) == []
+    assert driver_faults_due(plan, 2, 2, set()) == [0]
+    assert driver_faults_due(plan, 5, 5, {0}) == [1]
+
+
+def test_driver_splices_joiners_in_before_the_ring_begins_their_round():
+    plan = (FaultSection(at_round=4, join=2), FaultSection(at_round=1, join=1))
+    # newest: the furthest round a member finished; -1 before any has.
+    assert driver_faults_due(plan, 0, -1, set()) == [1]
+    assert driver_faults_due(plan, 1, 1, {1}) == []
+    assert driver_faults_due(plan, 1, 2, {1}) == [0]
