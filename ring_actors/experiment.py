@@ -32,8 +32,8 @@ CLIENT = ray.remote(ClientActor)
 class Experiment:
     """A running experiment: its actors, and what it needs to add clients later.
 
-    The driver API for tests and notebooks: ``join(k)`` splices ``k`` new clients into the
-    running ring, each with a data partition of its own.
+    The driver API for tests and notebooks: ``join(k)`` splices ``k`` standby clients into
+    the running ring, each with a data partition of its own.
     """
 
     config: Config
@@ -50,13 +50,6 @@ class Experiment:
 
     def create_clients(self, ids: list[int]) -> None:
         """Start client actors for ``ids`` and record where they landed."""
-        missing = [i for i in ids if i >= len(self.splits)]
-        if missing:
-            raise ValueError(
-                f"clients {missing} have no data partition: the data was split for "
-                f"{len(self.splits)} clients; declare joins in the config's faults or "
-                "hold clients in reserve (clients.reserve)"
-            )
         state_dir = str(self.output_dir / "clients")
         handles = {
             i: CLIENT.options(
@@ -85,15 +78,17 @@ class Experiment:
     def join(self, count: int, first_round: int | None = None) -> list[int]:
         """Add ``count`` clients to the running ring; returns their ids.
 
-        Clients the fault plan announced were started at launch and wait in standby, so they
-        join at the planned round instead of after a process start; others are started here.
-        They first train ``first_round`` or, if the ring may have begun it, the earliest
-        round it cannot have.
+        They come from the standby pool started at launch (the fault plan's joiners and
+        ``clients.reserve``), so a join costs no process start. They first train
+        ``first_round`` or, if the ring may have begun it, the earliest round it cannot have.
         """
         ids = [i for i in self.placement if i not in self.admitted][:count]
-        fresh = list(range(len(self.placement), len(self.placement) + count - len(ids)))
-        self.create_clients(fresh)
-        for i in [*ids, *fresh]:
+        if len(ids) < count:
+            raise ValueError(
+                f"join({count}): only {len(ids)} clients in standby; raise clients.reserve "
+                "(or declare the joins in the config's faults) so each has a data partition"
+            )
+        for i in ids:
             self.admitted.add(i)
             node = self.placement[i]["node_id"]
             ray.get(self.coordinator.admit.remote(i, self.clients[i], node, first_round))

@@ -253,6 +253,8 @@ def test_a_client_joined_mid_run_starts_at_a_round_the_ring_has_not_begun(ray_lo
             time.sleep(0.1)
         before = ray.get(experiment.coordinator.progress.remote())["newest"]
         (joiner,) = experiment.join(1)  # the driver API: no round asked for
+        with pytest.raises(ValueError, match="clients.reserve"):
+            experiment.join(1)  # the reserve of one is spent
         after = ray.get(experiment.coordinator.progress.remote())["newest"]
         summary = wait_and_finalize(experiment, started, progress=False)
     finally:
