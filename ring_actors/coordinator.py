@@ -115,7 +115,7 @@ class Coordinator:
             live = self.table.live
             # The predecessor hands over its state: it must have trained (not another newcomer).
             members = self.table.members
-            veterans = [c for c in live if members[c].last_round >= members[c].first_round]
+            veterans = [c for c in live if members[c].rounds_trained > 0]
             rng = random.Random(self.config.experiment.seed * 7919 + client_id)
             after = rng.choice(veterans or live)
             first_round = self._entry_round(first_round)
@@ -172,10 +172,9 @@ class Coordinator:
         return max(wanted or 0, self._newest_trained() + 2)
 
     def _newest_trained(self) -> int:
-        """The furthest round any member has finished training (a joiner's skipped rounds
-        do not count); -1 before any has."""
+        """The furthest round any member has finished training; -1 before any has."""
         members = self.table.members.values()
-        return max((m.last_round for m in members if m.last_round >= m.first_round), default=-1)
+        return max((m.last_round for m in members if m.rounds_trained > 0), default=-1)
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         with self.lock:
@@ -217,7 +216,7 @@ class Coordinator:
             live = self.table.live
             members = self.table.members
             rounds = [members[c].last_round + 1 for c in live]
-            trained = {c: max(0, m.last_round + 1 - m.first_round) for c, m in members.items()}
+            trained = {c: m.rounds_trained for c, m in members.items()}
             planned = sum(
                 self.config.experiment.rounds - members[c].first_round if c in live else done
                 for c, done in trained.items()

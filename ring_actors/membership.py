@@ -23,6 +23,11 @@ class Member:
     last_round: int = -1
     last_seen: float = field(default_factory=time.monotonic)
 
+    @property
+    def rounds_trained(self) -> int:
+        """Rounds this member has finished itself; a joiner's skipped rounds do not count."""
+        return max(0, self.last_round + 1 - self.first_round)
+
 
 @dataclass(frozen=True)
 class View:

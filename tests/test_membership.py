@@ -127,3 +127,13 @@ def test_seen_records_the_highest_round():
     members.seen(0)
     assert members.members[0].last_round == 5
     assert members.members[0].last_seen >= before
+
+
+def test_a_joiner_counts_only_the_rounds_it_trained():
+    members = table(2)
+    members.add(9, after=0, first_round=5)
+    assert members.members[9].rounds_trained == 0  # rounds 0-4 were skipped, not trained
+    members.seen(9, 6)
+    members.seen(0, 6)
+    assert members.members[9].rounds_trained == 2
+    assert members.members[0].rounds_trained == 7
