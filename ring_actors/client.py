@@ -25,6 +25,7 @@ from ring_actors.membership import View
 from ring_actors.outbox import Outbox
 from ring_actors.protocol import Payload, PayloadError, detach_to_cpu
 from ring_actors.ring_lap import LapResult, RingLaps, is_lap
+from ring_actors.slots import Slots, node_resources, pool_name, slot_limit, threads_per_slot
 from topologies import build_topology
 
 log = logging.getLogger(__name__)
@@ -58,14 +59,20 @@ class ClientActor:
         config: Config,
         dataset: DatasetArrays,
         split: ClientSplit,
-        global_test: np.ndarray,
+        global_test: tuple[np.ndarray, np.ndarray],
         coordinator: ray.actor.ActorHandle,
         state_dir: str,
+        run_key: str,
     ) -> None:
         self.id = client_id
         self.config = config
         self.coordinator = coordinator
-        torch.set_num_threads(max(1, int(config.clients.num_cpus)))  # never oversubscribe
+        context = ray.get_runtime_context()
+        clients = config.clients
+        node = node_resources(context.get_node_id())
+        limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
+        torch.set_num_threads(threads_per_slot(limit, node))  # only slot holders compute
+        self.slots = Slots(pool_name(run_key, context.get_node_id()), client_id, None)
         self.device = pick_device(config.clients.num_gpus)
 
         def images(x: np.ndarray, y: np.ndarray) -> LabelledImages:
@@ -73,7 +80,8 @@ class ClientActor:
 
         self.train = images(dataset.train_x[split.train], dataset.train_y[split.train])
         self.local_test = images(dataset.test_x[split.test], dataset.test_y[split.test])
-        self.global_test = images(dataset.test_x[global_test], dataset.test_y[global_test])
+        # Shared by every client of the node (read-only from the object store) on the CPU.
+        self.global_test = images(*global_test)
         seed = config.experiment.seed
         task = TaskSpec(
             num_classes=dataset.num_classes,
@@ -112,7 +120,6 @@ class ClientActor:
         self.journal_entries: list[tuple] = []  # what we told the coordinator, for its recovery
         self.checkpoint_path = Path(state_dir) / f"client-{client_id}.pt"
         self.resumed_after = -1  # a restarted client does not re-enter its fatal round's fault
-        context = ray.get_runtime_context()
         if context.was_current_actor_reconstructed:
             restored = self._load_checkpoint()
             node = context.get_node_id()
@@ -237,6 +244,7 @@ class ClientActor:
                 self.resumed_after = first_round
             self.first_round = first_round
             self.completed = first_round - 1
+            self.slots.me = ray.get_runtime_context().current_actor
             self.thread = threading.Thread(
                 target=self._run, args=(first_round, joining), name=f"client-{self.id}", daemon=True
             )
@@ -333,13 +341,16 @@ class ClientActor:
             strike(self.config.faults, self.id, round_)
         started = time.monotonic()
         bytes_before = self.outbox.bytes_dispatched
+        slot_wait_before = self.slots.waited_s
         received = self._gather(round_)
-        self.algorithm.merge([p.to(self.device) for p in received])
         delay = slow_delay(self.config.faults, self.id, round_)
         if delay:
             time.sleep(delay)
-        metrics = self.algorithm.train_round(self.train)
-        train_s = time.monotonic() - started
+        with self.slots.hold(round_):
+            computing = time.monotonic()
+            self.algorithm.merge([p.to(self.device) for p in received])
+            metrics = self.algorithm.train_round(self.train)
+            train_s = time.monotonic() - computing
         for name in self.algorithm.laps(round_):
             contribution = detach_to_cpu(self.algorithm.contribute(name, round_))
             result = self.laps.run(name, round_, contribution)
@@ -348,13 +359,15 @@ class ClientActor:
                 self.algorithm.apply_lap(name, round_, total, list(result.contributors))
         every, last = self.config.eval.every, self.config.experiment.rounds - 1
         if round_ % every == every - 1 or round_ == last:
-            for prefix, data in (("local", self.local_test), ("global", self.global_test)):
-                scores = self.algorithm.evaluate(data)
-                metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
+            with self.slots.hold(round_):
+                for prefix, data in (("local", self.local_test), ("global", self.global_test)):
+                    scores = self.algorithm.evaluate(data)
+                    metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
         self._publish(round_)
         metrics.update(
             merged=float(len(received)),
             train_s=train_s,
+            slot_wait_s=self.slots.waited_s - slot_wait_before,
             round_s=time.monotonic() - started,
             samples=float(len(self.train)),
             bytes_sent=float(self.outbox.bytes_dispatched - bytes_before),

@@ -87,8 +87,20 @@ class ClientsSection:
     # Clients in standby, each with a data partition, for joins a driver makes through
     # ``Experiment.join`` (the fault plan's joins have their own).
     reserve: int = 0
+    # Clients of one node that train or evaluate at once (the rest wait for a slot without
+    # using CPU): ``auto`` is the node's cores, or its GPUs x ``slots_per_gpu`` for GPU
+    # clients; an int sets it per node. Torch threads per client: the node's cores / slots.
+    concurrency: int | Literal["auto"] = "auto"
+    slots_per_gpu: int = 2
 
     def __post_init__(self) -> None:
+        _check(
+            self.concurrency == "auto" or self.concurrency >= 1,
+            "clients.concurrency",
+            "'auto' or an int >= 1",
+            self.concurrency,
+        )
+        _check(self.slots_per_gpu >= 1, "clients.slots_per_gpu", "an int >= 1", self.slots_per_gpu)
         _check(self.start_timeout_s > 0, "clients.start_timeout_s", "a number > 0")
         _check(self.reserve >= 0, "clients.reserve", "an int >= 0", self.reserve)
         _check(self.count >= 2, "clients.count", "an int >= 2 (a ring needs two clients)")

@@ -23,9 +23,12 @@ from ring_actors.data.partition import ClientSplit, split_clients
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.faults import driver_faults_due
 from ring_actors.recovery import actor_name
+from ring_actors.slots import SlotPool, node_resources, pool_name, slot_limit
 from ring_actors.tracking import resolve_tracking_uri
+from ring_actors.worker_env import actor_runtime_env
 
 CLIENT = ray.remote(ClientActor)
+SLOT_POOL = ray.remote(SlotPool)
 
 
 @dataclass
@@ -44,9 +47,10 @@ class Experiment:
     client_options: dict[str, Any]  # Ray actor options of every client
     data_ref: ray.ObjectRef
     splits: list[ClientSplit]
-    global_test: np.ndarray
+    global_test_ref: ray.ObjectRef  # the Global-T images and labels, shared by every client
     run_key: str
     admitted: set[int] = field(default_factory=set)
+    slot_pools: dict[str, ray.actor.ActorHandle] = field(default_factory=dict)
 
     def create_clients(self, ids: list[int]) -> None:
         """Start client actors for ``ids`` and record where they landed."""
@@ -59,9 +63,10 @@ class Experiment:
                 self.config,
                 self.data_ref,
                 self.splits[i],
-                self.global_test,
+                self.global_test_ref,
                 self.coordinator,
                 state_dir,
+                self.run_key,
             )
             for i in ids
         }
@@ -74,6 +79,23 @@ class Experiment:
             raise PlacementError(_placement_message(self.config, len(refs) - len(ready)))
         facts = ray.get(refs)
         self.placement.update(zip(handles, facts, strict=True))
+        self.start_slot_pools()
+
+    def start_slot_pools(self) -> None:
+        """One compute-slot pool on every node that hosts clients (once per node)."""
+        clients = self.config.clients
+        for node_id in sorted({facts["node_id"] for facts in self.placement.values()}):
+            if node_id in self.slot_pools:
+                continue
+            node = node_resources(node_id)
+            limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
+            self.slot_pools[node_id] = SLOT_POOL.options(
+                name=pool_name(self.run_key, node_id),
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                runtime_env=actor_runtime_env(),
+            ).remote(limit, silence_s=self.config.schedule.hop_timeout_s)
+        ray.get([pool.status.remote() for pool in self.slot_pools.values()])
 
     def join(self, count: int, first_round: int | None = None) -> list[int]:
         """Add ``count`` clients to the running ring; returns their ids.
@@ -222,6 +244,7 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
     if connect_ray(config.ray.address):
         check_capacity(config)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
+    global_test_ref = ray.put((dataset.test_x[global_test], dataset.test_y[global_test]))
 
     run_key = uuid.uuid4().hex[:12]
     # The coordinator lives beside the driver and its checkpoint; Ray restarts it after a
@@ -236,6 +259,7 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
             name=actor_name(run_key, "coordinator"),
             max_restarts=-1,
             max_task_retries=-1,
+            runtime_env=actor_runtime_env(),
         )
         .remote(
             config,
@@ -250,6 +274,7 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
         max_concurrency=8,
         max_restarts=config.clients.max_restarts,
         scheduling_strategy="SPREAD" if config.clients.placement == "spread" else "DEFAULT",
+        runtime_env=actor_runtime_env(),
     )
     experiment = Experiment(
         config,
@@ -260,7 +285,7 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
         client_options,
         data_ref,
         splits,
-        global_test,
+        global_test_ref,
         run_key,
     )
     try:
@@ -314,7 +339,8 @@ def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
 
 def shutdown(experiment: Experiment) -> None:
     """Stop every actor of the experiment (the Ray instance itself stays up)."""
-    for handle in [*experiment.clients.values(), experiment.coordinator]:
+    actors = [*experiment.clients.values(), experiment.coordinator]
+    for handle in [*actors, *experiment.slot_pools.values()]:
         ray.kill(handle)
 
 

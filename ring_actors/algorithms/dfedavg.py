@@ -9,7 +9,14 @@ from ring_actors.protocol import Payload
 
 
 class DFedAvg(SupervisedAlgorithm):
-    """The whole model (parameters and buffers) is shared and averaged uniformly on receipt."""
+    """The whole model (parameters and buffers) is shared and averaged uniformly on receipt.
+
+    Uniform weights over self and the in-neighbours are D-PSGD's mixing matrix for a graph
+    where every client hears the same number of peers (ring, bidirectional ring, full,
+    exponential): doubly stochastic, so the clients agree on the plain average of the models.
+    Weighting by sample counts would break the column sums and pull the consensus toward
+    the larger clients; with equal client sizes the two coincide.
+    """
 
     def shared_state(self) -> dict[str, torch.Tensor]:
         return dict(self.model.state_dict())

@@ -98,6 +98,7 @@ class GeneFL(Algorithm):
         state = self.model.state_dict()  # values each layer sends, statistics included
         self.sizes = {n: sum(state[k].numel() for k in keys) for n, keys in self.groups.items()}
         self.anchor = {n: p.detach().clone() for n, p in self.params.items()}  # Theta_k
+        self.downloaded: dict[str, torch.Tensor] = {}  # cluster layers not yet in the model
         self.gamma = len(self.params)  # full sharing first, shrinking to the floor
         self.gamma_min = gamma_floor(
             [p.numel() for p in self.params.values()], options.gene_fraction
@@ -196,12 +197,15 @@ class GeneFL(Algorithm):
         """Install our cluster's layer means; remember every cluster's latest learnGene.
 
         A layer nobody in the cluster contributed keeps its value; a cluster with no
-        contributors this round keeps its previous learnGene. A retired known client no
-        longer receives its cluster's model, as a client the server no longer selects.
+        contributors this round keeps its previous learnGene. The means become the proximal
+        anchor at once but reach the personal model only when this client next trains (the
+        download a selected client gets), so the model evaluated after a round is the one its
+        own training produced, as the paper evaluates. A retired known client no longer
+        receives its cluster's model, as a client the server no longer selects.
         """
         means, gene = cluster_means(total, weights, k, self.groups)
         if k == self.cluster and not self.retired:
-            self._install(means)
+            self._download(means)
         if gene:  # kept on the CPU: only a joiner's hand-off reads it
             self.genes[k] = {key: value.cpu() for key, value in gene.items()}
 
@@ -216,6 +220,14 @@ class GeneFL(Algorithm):
         joined = total[f"c{k}/#sig"].to(self.centroids.device)
         self.centroids[k] = (n * self.centroids[k] + joined) / (n + added)
         self.counts[k] = n + added
+
+    @torch.no_grad()
+    def _download(self, values: dict[str, torch.Tensor]) -> None:
+        """Cluster-model values: into the anchor now, into the personal model at next training."""
+        for key, value in values.items():
+            if key in self.anchor:
+                self.anchor[key].copy_(value)
+            self.downloaded[key] = value.detach().clone()
 
     @torch.no_grad()
     def _install(self, values: dict[str, torch.Tensor]) -> None:
@@ -293,6 +305,8 @@ class GeneFL(Algorithm):
             cluster=float(self.cluster),
         )
         if self.participating:
+            self._install(self.downloaded)
+            self.downloaded = {}
             metrics.update(self._train(data))
         return metrics
 

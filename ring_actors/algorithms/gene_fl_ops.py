@@ -143,14 +143,17 @@ def gamma_floor(sizes: Sequence[int], fraction: float) -> int:
     """The fewest layers whose smallest members hold at least ``fraction`` of all parameters.
 
     The score divides by the layer size, so the selected layers are, in practice, the
-    smallest ones: this floor fixes the learnGene's steady-state size.
+    smallest ones: this floor fixes the learnGene's steady-state size. It never reaches the
+    whole model: in a small CNN one layer can hold over 80% of the parameters, and a floor of
+    every layer would turn GENE-FL into clustered FedAvg, so the largest layer stays personal.
     """
     total, held = sum(sizes), 0
+    ceiling = max(1, len(sizes) - 1)
     for count, size in enumerate(sorted(sizes), start=1):
         held += size
         if held >= fraction * total:
-            return count
-    return len(sizes)
+            return min(count, ceiling)
+    return ceiling
 
 
 def next_gamma(

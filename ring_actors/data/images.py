@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -31,11 +32,19 @@ class LabelledImages:
         std: tuple[float, ...],
         device: torch.device | str = "cpu",
     ) -> LabelledImages:
-        """Tensors on ``device`` from numpy arrays (shared, not copied, when already on the CPU)."""
+        """Tensors on ``device`` from numpy arrays (shared, not copied, when already on the CPU).
+
+        Arrays read from Ray's object store are read-only and shared by every process of the
+        node; the tensors are only ever read, so they keep sharing them.
+        """
         channels = x.shape[1]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            images = torch.as_tensor(np.ascontiguousarray(x), device=device)
+            labels = torch.as_tensor(np.asarray(y, dtype=np.int64), device=device)
         return cls(
-            x=torch.as_tensor(np.ascontiguousarray(x), device=device),
-            y=torch.as_tensor(np.asarray(y, dtype=np.int64), device=device),
+            x=images,
+            y=labels,
             mean=torch.tensor(mean, dtype=torch.float32, device=device).view(1, channels, 1, 1),
             std=torch.tensor(std, dtype=torch.float32, device=device).view(1, channels, 1, 1),
         )

@@ -117,7 +117,7 @@ def test_gamma_floor_and_schedule_values():
     assert gamma_floor(sizes, 0.0001) == 1
     assert gamma_floor(sizes, 0.01) == 3  # 111 >= 61.11
     assert gamma_floor(sizes, 0.18) == 4  # 1111 >= 1099.98
-    assert gamma_floor(sizes, 1.0) == 5
+    assert gamma_floor(sizes, 1.0) == 4  # never the whole model: the largest stays personal
     gamma, best, seen = 6, 0.0, []
     for acc in [0.50, 0.60, 0.595, 0.50, 0.70, 0.80, 0.90]:
         gamma, best = next_gamma(gamma, best, acc, gamma_min=3, delta=0.01)
@@ -197,10 +197,10 @@ def test_lap_gives_the_per_layer_mean_over_contributors(weighting):
         total = sum(weights[i] * before[i][key] for i in who)
         return total / sum(weights[i] for i in who)
 
-    for i, algo in enumerate(algos):
-        torch.testing.assert_close(layer_value(algo, conv_w), mean(conv_w, [0, 1]))
-        torch.testing.assert_close(layer_value(algo, head_w), mean(head_w, [0, 2]))
-        torch.testing.assert_close(layer_value(algo, conv_b), before[i][conv_b])  # nobody sent it
+    for algo in algos:
+        torch.testing.assert_close(algo.downloaded[conv_w], mean(conv_w, [0, 1]))
+        torch.testing.assert_close(algo.downloaded[head_w], mean(head_w, [0, 2]))
+        assert conv_b not in algo.downloaded  # nobody sent it
         torch.testing.assert_close(algo.anchor[conv_w], mean(conv_w, [0, 1]))
     # the learnGene kept for joiners: layers selected by a (weighted) majority; by samples
     # the head's contributors hold 40 + 24 of 128, not more than half
@@ -217,6 +217,40 @@ def test_non_participant_contributes_nothing_and_does_not_train():
     assert all(torch.equal(layer_value(algo, k), v) for k, v in start.items())
     known = make(known_rounds=0)  # a known client after the known phase: stops training
     assert known.train_round(horizontal(0))["participated"] == 0.0
+
+
+def test_lap_reaches_the_personal_model_only_when_the_client_next_trains():
+    """Evaluation follows the lap: it must see the model the client's training produced."""
+    algos = [make(seed=s, lr=1e-12) for s in range(2)]
+    for algo in algos:
+        algo.train_round(horizontal(algo.task.seed))
+    trained = [{k: layer_value(a, k) for k in a.params} for a in algos]
+    run_laps(algos, round_=0)
+    for algo, own in zip(algos, trained, strict=True):
+        assert all(torch.equal(layer_value(algo, k), v) for k, v in own.items())
+    algos[0].train_round(horizontal(0))  # the download lands before training (lr ~ 0)
+    for name in algos[0].selected:
+        mean = (trained[0][name] + trained[1][name]) / 2
+        torch.testing.assert_close(layer_value(algos[0], name), mean)
+
+
+def test_non_participant_keeps_its_model_not_its_cluster_model():
+    active, idle = make(seed=1), make(seed=2, participation=0.0)
+    idle.train_round(horizontal(2))  # not drawn: trains nothing
+    active.train_round(horizontal(1))
+    own = {k: layer_value(idle, k) for k in idle.params}
+    run_laps([active, idle], round_=0)
+    assert all(torch.equal(layer_value(idle, k), v) for k, v in own.items())
+    torch.testing.assert_close(
+        idle.anchor[active.selected[0]], layer_value(active, active.selected[0])
+    )
+
+
+def test_gamma_floor_leaves_the_small_cnns_large_layer_personal():
+    algo = make()
+    assert algo.gamma_min < len(algo.params)
+    sizes = [p.numel() for p in algo.params.values()]
+    assert max(sizes) > 0.8 * sum(sizes)  # the case the floor used to turn into the whole model
 
 
 def test_known_client_past_its_phase_keeps_its_model_while_others_average():
@@ -262,10 +296,10 @@ def test_clustering_is_identical_on_every_client():
     clusters = [a.cluster for a in algos]
     assert clusters[0] == clusters[1] != clusters[2] == clusters[3]
     assert algos[0].counts.tolist() == [2.0, 2.0]
-    # each cluster's layers are the mean of its own two members only
+    # each cluster's model is the mean of its own two members only
     key = next(iter(algos[0].params))
-    torch.testing.assert_close(layer_value(algos[0], key), layer_value(algos[1], key))
-    assert not torch.equal(layer_value(algos[0], key), layer_value(algos[2], key))
+    torch.testing.assert_close(algos[0].anchor[key], algos[1].anchor[key])
+    assert not torch.equal(algos[0].anchor[key], algos[2].anchor[key])
     # the token's key order depends on where the lap starts: it must not matter
     gathered = {}
     for algo in reversed(algos):

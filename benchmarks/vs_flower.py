@@ -1,0 +1,652 @@
+"""One FedAvg workload three ways: plain PyTorch, Flower's Ray simulation, and the ring.
+
+    python3 -m venv ../flowervenv && ../flowervenv/bin/pip install -e ".[bench]"  # once
+    RING_ACTORS_DATA=../shared/datasets python -m benchmarks.vs_flower \\
+        --flower-python ../flowervenv/bin/python
+
+The workload is the same on every side: Fashion-MNIST, N clients (default 8) on the shard
+partition that ``split_for`` computes for the ring's own config (so the index sets are
+identical), the FedAvg CNN (``algorithm.backbone=cnn``), SGD at lr 0.01 with momentum 0.9,
+batch 64, one local epoch per round, the sample-weighted average of the whole model, R rounds
+(default 5), and every client evaluated on its local test split after each round's average.
+Plain and Flower train with ring-actors' own ``FedAvg`` algorithm object (same seeds, same
+initial model, same shuffling, same optimiser), so only the runtime differs, and the three
+Local-T figures should agree up to float summation order:
+
+* plain: one process, clients one after another each round, torch threads = all cores; the
+  "floor" is its s/round divided by the cores, what perfect parallelism would reach;
+* flower: ``flwr.simulation.run_simulation`` (ClientApp / ServerApp, the message-API
+  ``FedAvg`` strategy, ``fraction_train = fraction_evaluate = 1``), ``client_resources.num_cpus``
+  from ``--num-cpus-flower``, Ray started the way Flower starts it (no dashboard). Flower pins
+  its own Ray, so it usually runs under another interpreter (``--flower-python``). A ClientApp
+  is rebuilt for every message, so each client keeps its momentum buffers and shuffling
+  generator in ``context.state`` (what the long-lived ring client keeps in memory) and its
+  torch threads at ``max(1, int(num_cpus))`` (what a ring client sets);
+* ring: ``run_experiment`` with ``algorithm.name=fedavg``, ``clients.num_cpus = cores / N``,
+  Ray started the way ``jobs.train`` starts it (dashboard included).
+
+Every side runs in its own subprocess (a fresh Ray for each Ray side, started and shut down
+inside it), so its memory can be measured from the outside: every 0.5 s a thread sums
+``Pss`` from ``/proc/PID/smaps_rollup`` over the subprocess and all its descendants (a local
+Ray's daemons and workers descend from the driver that started it), and keeps the largest
+USS (``Private_Clean + Private_Dirty``) of a client process: a ``ray::ClientActor`` or
+``ray::ClientAppActor`` worker, or for plain the one process that holds every client. The
+JSON also has every process kind's largest USS and share of the peak PSS (so, say, Ray's
+dashboard can be taken out). s/round is the median of the rounds after the first, which is
+reported on its own: plain times its loop (every model built, every split loaded); Flower
+stamps the end of every round (after client-side evaluation) through the strategy's
+``evaluate_fn`` hook, which also fires once before round 1, so Flower's first round includes
+waiting for its actor pool and each actor's first data load; the ring takes, per round, the
+latest time a client's report reached the coordinator (``metrics.parquet`` ``time_s``, counted
+from ``start_clients``, when every actor already holds its data), and s/round is the gap
+between consecutive rounds' latest reports. The whole command is the subprocess's wall time.
+Local-T is the mean over clients after the last round; Global-T is not part of the workload
+(the ring evaluates a 1-sample global set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+SIDES = ("plain", "flower", "ring")
+SAMPLE_S = 0.5
+# Processes that hold a client: the ring's actors, Flower's, and the plain side's one process.
+CLIENT_TITLES = ("ray::ClientActor", "ray::ClientAppActor", "driver")
+
+
+# ---- the shared workload ----------------------------------------------------------------------
+
+
+def ring_overrides(spec: dict[str, Any]) -> list[str]:
+    """The ring's config for the workload; plain and Flower read theirs from the same one."""
+    cap = spec["max_train_per_client"]
+    return [
+        "experiment.name=vs-flower",
+        f"experiment.seed={spec['seed']}",
+        f"experiment.rounds={spec['rounds']}",
+        "algorithm.name=fedavg",
+        "algorithm.backbone=cnn",
+        "algorithm.optimizer=sgd",
+        f"algorithm.lr={spec['lr']}",
+        f"algorithm.momentum={spec['momentum']}",
+        f"clients.count={spec['clients']}",
+        f"clients.num_cpus={spec['cores'] / spec['clients']}",
+        f"clients.batch_size={spec['batch_size']}",
+        "clients.local_epochs=1",
+        "data.dataset=fashion-mnist",
+        f"data.root={spec['data_root'] or 'null'}",
+        "data.download=false",
+        "data.partition.kind=shard",
+        f"data.max_train_per_client={'null' if cap is None else cap}",
+        "schedule.mode=sync",
+        "eval.every=1",
+        "eval.global_max_samples=1",  # Global-T is not part of this workload
+    ]
+
+
+def write_splits(spec: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Every client's train/test indices, as the ring computes them, for the other sides."""
+    import numpy as np
+
+    from ring_actors.data.sources import load_dataset
+    from ring_actors.experiment import split_for
+
+    config = ring_config(spec)
+    dataset = load_dataset("fashion-mnist", spec["data_root"], download=False)
+    splits = split_for(config, dataset)
+    arrays = {f"train_{i}": s.train for i, s in enumerate(splits)}
+    arrays |= {f"test_{i}": s.test for i, s in enumerate(splits)}
+    np.savez(path, **arrays)
+    return {
+        "train_samples": int(sum(len(s.train) for s in splits)),
+        "test_samples": int(sum(len(s.test) for s in splits)),
+        "num_classes": dataset.num_classes,
+        "input_shape": list(dataset.input_shape),
+    }
+
+
+_DATASET: dict[str, Any] = {}  # per process: a Flower worker loads the arrays once
+
+
+def ring_config(spec: dict[str, Any]) -> Any:
+    """The ring's resolved ``Config``: the one source of every other side's options too."""
+    from ring_actors.config import load_config
+
+    return load_config(None, ring_overrides(spec))
+
+
+def task_spec(spec: dict[str, Any], client: int) -> Any:
+    """The TaskSpec a ring ``ClientActor`` builds for ``client`` (same seeds)."""
+    import torch
+
+    from ring_actors.algorithms.base import TaskSpec
+
+    config = ring_config(spec)
+    return TaskSpec(
+        num_classes=spec["num_classes"],
+        input_shape=tuple(spec["input_shape"]),
+        local_epochs=config.clients.local_epochs,
+        batch_size=config.clients.batch_size,
+        device=torch.device("cpu"),
+        seed=config.experiment.seed * 100_003 + client,  # the client's own shuffling
+        shared_seed=config.experiment.seed,  # the common initial model
+    )
+
+
+def client_data(spec: dict[str, Any], client: int) -> tuple[Any, Any]:
+    """(train, local test) of one client, as a ring ``ClientActor`` builds them."""
+    import numpy as np
+
+    from ring_actors.data.images import LabelledImages
+    from ring_actors.data.sources import load_dataset
+
+    if "arrays" not in _DATASET:
+        _DATASET["arrays"] = load_dataset("fashion-mnist", spec["data_root"], download=False)
+        _DATASET["splits"] = dict(np.load(spec["splits"]))
+    dataset, splits = _DATASET["arrays"], _DATASET["splits"]
+    train_idx, test_idx = splits[f"train_{client}"], splits[f"test_{client}"]
+
+    def images(x: np.ndarray, y: np.ndarray) -> LabelledImages:
+        return LabelledImages.from_arrays(x, y, dataset.mean, dataset.std, "cpu")
+
+    train = images(dataset.train_x[train_idx], dataset.train_y[train_idx])
+    test = images(dataset.test_x[test_idx], dataset.test_y[test_idx])
+    return train, test
+
+
+def new_fedavg(spec: dict[str, Any], task: Any) -> Any:
+    """The algorithm object a ring client builds: ``FedAvg`` with the ring's options."""
+    from ring_actors.algorithms import ALGORITHMS
+
+    config = ring_config(spec)
+    return ALGORITHMS[config.algorithm.name](config.algorithm.options, task)
+
+
+def round_figures(ends: list[float], start: float) -> dict[str, Any]:
+    """First round and the median of the rest from the times rounds ended (seconds)."""
+    durations = [b - a for a, b in zip([start, *ends], ends, strict=False)]
+    rest = durations[1:]
+    return {
+        "round_durations_s": durations,
+        "first_round_s": durations[0] if durations else float("nan"),
+        "s_per_round": statistics.median(rest) if rest else float("nan"),
+    }
+
+
+# ---- side workers (each in its own subprocess) ----------------------------------------------
+
+
+def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every client in one process, one after another, with all cores for torch."""
+    import torch
+
+    torch.set_num_threads(spec["cores"])
+    clients = []
+    for c in range(spec["clients"]):
+        train, test = client_data(spec, c)
+        clients.append((new_fedavg(spec, task_spec(spec, c)), train, test))
+    start, ends, accs = time.monotonic(), [], []
+    for r in range(spec["rounds"]):
+        for algorithm, train, _ in clients:
+            algorithm.train_round(train)
+        total: dict[str, torch.Tensor] = {}
+        for algorithm, _, _ in clients:  # the same sums the ring lap adds up
+            for key, value in algorithm.contribute("average", r).items():
+                total[key] = total[key] + value if key in total else value.clone()
+        for algorithm, _, _ in clients:
+            algorithm.apply_lap("average", r, total, list(range(len(clients))))
+        accs = [algorithm.evaluate(test)["acc"] for algorithm, _, test in clients]
+        ends.append(time.monotonic())
+    figures = round_figures(ends, start)
+    floor = figures["s_per_round"] / spec["cores"]
+    return {**figures, "floor_s_per_round": floor, "local_acc": statistics.fmean(accs)}
+
+
+def _optimizer_state(algorithm: Any) -> dict[str, Any]:
+    """Momentum buffers and the shuffling generator: what a long-lived client carries over."""
+    out = {
+        f"momentum_{i}": algorithm.optimizer.state[p]["momentum_buffer"]
+        for i, p in enumerate(algorithm.model.parameters())
+        if "momentum_buffer" in algorithm.optimizer.state.get(p, {})
+    }
+    out["generator"] = algorithm.generator.get_state()
+    return out
+
+
+def _restore_optimizer_state(algorithm: Any, saved: dict[str, Any]) -> None:
+    algorithm.generator.set_state(saved["generator"])
+    for i, p in enumerate(algorithm.model.parameters()):
+        if f"momentum_{i}" in saved:
+            algorithm.optimizer.state[p]["momentum_buffer"] = saved[f"momentum_{i}"].clone()
+
+
+def make_client_app(spec: dict[str, Any]) -> Any:
+    """The Flower ClientApp: train and evaluate one partition with ring-actors' FedAvg."""
+    import torch
+    from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()
+
+    def load(msg: Message, context: Context) -> tuple[Any, Any, Any]:
+        # One thread per whole CPU of the actor: what a ring client sets for itself.
+        torch.set_num_threads(max(1, int(spec["num_cpus"])))
+        client = int(context.node_config["partition-id"])
+        train, test = client_data(spec, client)
+        algorithm = new_fedavg(spec, task_spec(spec, client))
+        algorithm.model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        return algorithm, train, test
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        algorithm, train_set, _ = load(msg, context)
+        if "optimizer" in context.state:
+            saved = context.state["optimizer"].to_torch_state_dict()
+            _restore_optimizer_state(algorithm, saved)
+        algorithm.train_round(train_set)
+        context.state["optimizer"] = ArrayRecord(_optimizer_state(algorithm))
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord(algorithm.model.state_dict()),
+                "metrics": MetricRecord({"num-examples": len(train_set)}),
+            }
+        )
+        return Message(content=content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        algorithm, _, test_set = load(msg, context)
+        acc = algorithm.evaluate(test_set)["acc"]
+        metrics = {"acc": acc, "num-examples": len(test_set)}
+        metrics["client"] = int(context.node_config["partition-id"])
+        return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+    return app
+
+
+def make_server_app(spec: dict[str, Any], record: dict[str, Any]) -> Any:
+    """The Flower ServerApp: FedAvg over every node, stamping each round's end in ``record``."""
+    from flwr.app import ArrayRecord, Context, MetricRecord
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+
+    class RecordingFedAvg(FedAvg):
+        """FedAvg that also keeps every client's own accuracy (the summary is unweighted)."""
+
+        def aggregate_evaluate(self, server_round: int, replies: Any) -> MetricRecord | None:
+            replies = list(replies)
+            record["accs"][server_round] = {
+                int(m.content["metrics"]["client"]): float(m.content["metrics"]["acc"])
+                for m in replies
+                if m.has_content()
+            }
+            return super().aggregate_evaluate(server_round, replies)
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        n = spec["clients"]
+        initial = ArrayRecord(new_fedavg(spec, task_spec(spec, 0)).model.state_dict())
+        strategy = RecordingFedAvg(
+            fraction_train=1.0,
+            fraction_evaluate=1.0,
+            min_train_nodes=n,
+            min_evaluate_nodes=n,
+            min_available_nodes=n,
+        )
+
+        def stamp(server_round: int, arrays: ArrayRecord) -> None:
+            record["stamps"][server_round] = time.monotonic()  # 0: before round 1
+
+        strategy.start(
+            grid=grid, initial_arrays=initial, num_rounds=spec["rounds"], evaluate_fn=stamp
+        )
+
+    return app
+
+
+def worker_flower(spec: dict[str, Any]) -> dict[str, Any]:
+    """Flower's simulation runtime on a fresh local Ray."""
+    import flwr
+    import ray
+    from flwr.simulation import run_simulation
+
+    record: dict[str, Any] = {"stamps": {}, "accs": {}}
+    run_simulation(
+        server_app=make_server_app(spec, record),
+        client_app=make_client_app(spec),
+        num_supernodes=spec["clients"],
+        backend_config={
+            "client_resources": {"num_cpus": spec["num_cpus"], "num_gpus": 0.0},
+            "init_args": {"address": "local", "num_cpus": spec["cores"]},
+        },
+    )
+    if ray.is_initialized():
+        ray.shutdown()
+    stamps = record["stamps"]
+    if len(stamps) != spec["rounds"] + 1:
+        raise RuntimeError(f"Flower finished {len(stamps) - 1} of {spec['rounds']} rounds")
+    ends = [stamps[r] for r in range(1, spec["rounds"] + 1)]
+    last = record["accs"][spec["rounds"]]
+    return {
+        **round_figures(ends, stamps[0]),
+        "local_acc": statistics.fmean(last.values()),
+        "clients_evaluated": len(last),
+        "flwr_version": flwr.__version__,
+        "ray_version": ray.__version__,
+    }
+
+
+def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
+    """ring-actors' own driver, as ``jobs.train`` runs it, on a fresh local Ray."""
+    import pyarrow.parquet as pq
+    import ray
+
+    from ring_actors.config import load_config
+    from ring_actors.experiment import run_experiment
+
+    tmp = Path(spec["tmp"])
+    overrides = [*ring_overrides(spec), f"tracking.uri=sqlite:///{tmp / 'ring-mlflow.db'}"]
+    config = load_config(None, overrides)  # ring_config(spec) plus a throwaway MLflow store
+    # address="local": never join another Ray instance someone else runs on this machine.
+    ray.init(address="local", log_to_driver=False, configure_logging=False)
+    try:
+        summary = run_experiment(config, output_dir=tmp / "ring-out", progress=False)
+    finally:
+        ray.shutdown()
+    rows = pq.read_table(tmp / "ring-out" / "metrics.parquet").to_pylist()
+    ends = [max(row["time_s"] for row in rows if row["round"] == r) for r in range(spec["rounds"])]
+    return {
+        **round_figures(ends, 0.0),  # time_s counts from start_clients
+        "local_acc": summary["local_acc"]["mean"],
+        "train_s_median": statistics.median(row["train_s"] for row in rows),
+        "bytes_per_hop": summary["bytes_per_hop"],
+        "ray_version": ray.__version__,
+        "overrides": overrides,
+    }
+
+
+WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "plain": worker_plain,
+    "flower": worker_flower,
+    "ring": worker_ring,
+}
+
+
+# ---- outside measurements ----------------------------------------------------------------------
+
+
+def _read_rollup(pid: int) -> tuple[int, int] | None:
+    """(PSS, USS) of one process in kB, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+    except (OSError, ValueError):
+        return None
+
+    def kb(name: str) -> int:
+        return int(fields.get(name, "0 kB").split()[0])
+
+    return kb("Pss"), kb("Private_Clean") + kb("Private_Dirty")
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """``root`` and every process below it, with their command lines."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    tree, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                tree[pid] = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        todo += children.get(pid, [])
+    return tree
+
+
+class TreeSampler(threading.Thread):
+    """Peak PSS of a process tree and the largest USS of one of its worker processes."""
+
+    def __init__(self, root: int, worker_of_root: bool) -> None:
+        super().__init__(daemon=True)
+        self.root, self.worker_of_root = root, worker_of_root
+        self.stop = threading.Event()
+        self.peak_pss_kb, self.samples, self.max_procs = 0, 0, 0
+        self.max_uss_kb: dict[str, int] = {}  # by process title ("ray::ClientActor", ...)
+        self.peak_pss_by_title: dict[str, int] = {}  # each title's total at the overall peak
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.sample()
+            self.stop.wait(SAMPLE_S)
+
+    def sample(self) -> None:
+        total, by_title = 0, {}
+        tree = _descendants(self.root)
+        for pid, cmdline in tree.items():
+            sizes = _read_rollup(pid)
+            if sizes is None:
+                continue
+            pss, uss = sizes
+            title = self.title(pid, cmdline)
+            total += pss
+            by_title[title] = by_title.get(title, 0) + pss
+            if title.startswith("ray::") or (pid == self.root and self.worker_of_root):
+                self.max_uss_kb[title] = max(self.max_uss_kb.get(title, 0), uss)
+        self.samples += 1
+        self.max_procs = max(self.max_procs, len(tree))
+        if total > self.peak_pss_kb:
+            self.peak_pss_kb, self.peak_pss_by_title = total, by_title
+
+    def title(self, pid: int, cmdline: str) -> str:
+        if pid == self.root:
+            return "driver"
+        if cmdline.startswith("ray::"):
+            # "ray::<actor name>:ClientActor", "ray::ClientAppActor.run" in a method: one title
+            name = cmdline.split()[0].removeprefix("ray::").rsplit(":", 1)[-1]
+            return "ray::" + name.split(".")[0]
+        words = [w for w in cmdline.split() if not w.startswith("-")]
+        scripts = [w for w in words if w.endswith(".py")]  # python .../log_monitor.py
+        return Path((scripts or words or ["?"])[0]).name
+
+    def client_uss_mb(self) -> float:
+        """The largest USS of a client process (a Ray actor worker; plain: the one process)."""
+        values = [v for k, v in self.max_uss_kb.items() if k in CLIENT_TITLES]
+        return max(values, default=0) / 1024
+
+
+def run_side(side: str, python: str, spec: dict[str, Any], tmp: Path, label: str) -> dict[str, Any]:
+    """Run one side's worker in a subprocess, measured from the outside."""
+    spec_path, result_path, log_path = (tmp / f"{label}.{ext}" for ext in ("spec", "json", "log"))
+    spec_path.write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["FLWR_TELEMETRY_ENABLED"] = "0"  # no usage events to Flower's servers
+    command = [python, "-m", "benchmarks.vs_flower", "--worker", side]
+    command += ["--spec", str(spec_path), "--result", str(result_path)]
+    load = os.getloadavg()[0]
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        sampler = TreeSampler(proc.pid, worker_of_root=side == "plain")
+        sampler.start()
+        code = proc.wait()
+    wall = time.monotonic() - started
+    sampler.stop.set()
+    sampler.join()
+    if code != 0 or not result_path.exists():
+        tail = "".join(log_path.read_text(errors="replace").splitlines(True)[-40:])
+        raise RuntimeError(f"{label} side exited with {code}; last lines of its log:\n{tail}")
+    result = json.loads(result_path.read_text())
+    result.update(
+        side=label,
+        python=python,
+        load_before=load,
+        command_s=wall,
+        peak_pss_gb=sampler.peak_pss_kb / 2**20,
+        peak_pss_mb_by_process=(
+            {k: round(v / 1024, 1) for k, v in sorted(sampler.peak_pss_by_title.items())}
+        ),
+        max_client_uss_mb=sampler.client_uss_mb(),
+        max_uss_mb_by_process={k: round(v / 1024, 1) for k, v in sampler.max_uss_kb.items()},
+        memory_samples=sampler.samples,
+        max_processes=sampler.max_procs,
+    )
+    return result
+
+
+# ---- driver ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.vs_flower",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--max-train-per-client", type=int, default=None, help="default: full partitions"
+    )
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument(
+        "--num-cpus-flower",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="Flower's client_resources num_cpus; one Flower run per value (e.g. 1 0.25)",
+    )
+    parser.add_argument(
+        "--flower-python",
+        default=None,
+        help="interpreter with flwr[simulation] and ring-actors (default: this one if it has flwr)",
+    )
+    parser.add_argument("--data-root", default=os.environ.get("RING_ACTORS_DATA"))
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--json", type=Path, default=REPO / "benchmarks" / "results" / "vs_flower.json"
+    )
+    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def flower_python(args: argparse.Namespace) -> str:
+    """The interpreter for the Flower side, or a clear stop when none has flwr."""
+    if args.flower_python:
+        return args.flower_python
+    if importlib.util.find_spec("flwr") is not None:
+        return sys.executable
+    raise SystemExit(
+        'the flower side needs flwr[simulation]: pip install -e ".[bench]" in a virtualenv '
+        "of its own (Flower pins its own Ray) and pass --flower-python that/venv/bin/python"
+    )
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| side | s/round | first round s | whole command s | peak PSS GB | "
+        "max client USS MB | Local-T |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        per_round = f"{r['s_per_round']:.2f}"
+        if "floor_s_per_round" in r:
+            per_round += f" (floor {r['floor_s_per_round']:.2f})"
+        lines.append(
+            f"| {r['side']} | {per_round} | {r['first_round_s']:.2f} | {r['command_s']:.1f} | "
+            f"{r['peak_pss_gb']:.2f} | {r['max_client_uss_mb']:.0f} | {r['local_acc']:.2%} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:  # inside a side's subprocess
+        spec = json.loads(args.spec.read_text())
+        args.result.write_text(json.dumps(WORKERS[args.worker](spec), indent=2))
+        return 0
+    python = flower_python(args) if "flower" in args.sides else None
+    command = shlex.join(["python", "-m", "benchmarks.vs_flower", *sys.argv[1:]])
+    print(f"$ {command}", flush=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="vs-flower-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        spec: dict[str, Any] = {
+            "clients": args.clients,
+            "rounds": args.rounds,
+            "max_train_per_client": args.max_train_per_client,
+            "data_root": str(Path(args.data_root).resolve()) if args.data_root else None,
+            "cores": args.cores,
+            "seed": args.seed,
+            "lr": args.lr,
+            "momentum": args.momentum,
+            "batch_size": args.batch_size,
+            "splits": str(tmp / "splits.npz"),
+            "tmp": str(tmp),
+        }
+        sizes = write_splits(spec, tmp / "splits.npz")
+        spec |= {"num_classes": sizes.pop("num_classes"), "input_shape": sizes.pop("input_shape")}
+        print(f"workload: {json.dumps({**sizes, **spec})}", flush=True)
+        for side in args.sides:
+            runs = [(side, sys.executable, {}, side)]
+            if side == "flower":
+                runs = [
+                    (side, python, {"num_cpus": c}, f"flower (num_cpus={c:g})")
+                    for c in args.num_cpus_flower
+                ]
+            for name, interpreter, extra, label in runs:
+                print(f"  running {label} ...", flush=True)
+                result = run_side(name, interpreter, {**spec, **extra}, tmp, label)
+                brief = ("s_per_round", "command_s", "peak_pss_gb", "local_acc")
+                print(f"  {label}: {json.dumps({k: result[k] for k in brief})}", flush=True)
+                results.append(result)
+    printed = table(results)
+    print(printed)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    saved = {
+        "command": command,
+        "argv": sys.argv,
+        "workload": {**sizes, **{k: v for k, v in spec.items() if k not in ("splits", "tmp")}},
+        "results": results,
+        "table": printed,
+    }
+    args.json.write_text(json.dumps(saved, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
