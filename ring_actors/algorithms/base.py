@@ -8,6 +8,7 @@ from typing import ClassVar, Literal
 
 import torch
 
+from ring_actors import optim
 from ring_actors.data.images import LabelledImages
 from ring_actors.protocol import Payload
 
@@ -145,11 +146,11 @@ class Algorithm(ABC):
                 correct[name] = correct.get(name, 0) + int((logits.argmax(1) == y).sum())
         return {name: hits / max(1, len(data)) for name, hits in correct.items()}
 
-    def make_optimizer(self, params) -> torch.optim.Optimizer:
-        """The configured optimizer over ``params``."""
+    def make_optimizer(self, params) -> optim.SGD | optim.Adam:
+        """The configured optimizer over ``params`` (torch.optim's rules, see ``optim``)."""
         opts = self.options
         if opts.optimizer == "sgd":
-            return torch.optim.SGD(
+            return optim.SGD(
                 params, lr=opts.lr, momentum=opts.momentum, weight_decay=opts.weight_decay
             )
-        return torch.optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)
+        return optim.Adam(params, lr=opts.lr, weight_decay=opts.weight_decay)

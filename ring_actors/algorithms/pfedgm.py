@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ring_actors import optim
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.pfedgm_heads import (
     adjust_prototypes,
@@ -201,7 +202,7 @@ class PFedGM(Algorithm):
         z_all, y_all = self._features(data)
         prototypes, _ = class_means(z_all, y_all, torch.zeros_like(self.means.detach()))
         optimizer = self.make_optimizer([*self.body.parameters(), self.means, self.biases])
-        nu_optimizer = torch.optim.SGD([self.precisions], lr=opts.nu_lr, momentum=opts.nu_momentum)
+        nu_optimizer = optim.SGD([self.precisions], lr=opts.nu_lr, momentum=opts.nu_momentum)
         self.body.train()
         totals = torch.zeros(len(LOSS_NAMES), device=self.device)
         steps = 0
@@ -266,7 +267,7 @@ class PFedGM(Algorithm):
         local_means, _ = class_means(z, y, self.means.detach())  # absent class: navigator mean
         head = PersonalHead(self.means, self.biases, self.precisions, local_means, opts.lam)
         if opts.phase2_sgd:
-            optimizer = torch.optim.SGD(
+            optimizer = optim.SGD(
                 head.parameters(),
                 lr=opts.phase2_lr,
                 momentum=opts.phase2_momentum,

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ring_actors import optim
 from ring_actors.algorithms.pfedgm_heads import quadratic
 
 
@@ -87,7 +88,7 @@ def fit_sgd(
     head: PersonalHead,
     z: torch.Tensor,
     y: torch.Tensor,
-    optimizer: torch.optim.Optimizer,
+    optimizer: optim.SGD,
     epochs: int,
     batch_size: int,
     floor: float,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ring_actors import optim
 from ring_actors.algorithms import ALGORITHMS
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.dfedavg import DFedAvg
@@ -62,11 +63,11 @@ def test_options_reject_bad_momentum_and_weight_decay():
 
 def test_make_optimizer_follows_options():
     sgd = make(optimizer="sgd", lr=0.05, momentum=0.5, weight_decay=0.01)
-    assert isinstance(sgd.optimizer, torch.optim.SGD)
+    assert isinstance(sgd.optimizer, optim.SGD)
     group = sgd.optimizer.param_groups[0]
     assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.05, 0.5, 0.01)
     adam = make(lr=0.002)
-    assert isinstance(adam.optimizer, torch.optim.Adam)
+    assert isinstance(adam.optimizer, optim.Adam)
     assert adam.optimizer.param_groups[0]["lr"] == 0.002
 
 
