@@ -20,8 +20,8 @@ Local-T figures should agree up to float summation order:
   from ``--num-cpus-flower``, Ray started the way Flower starts it (no dashboard). Flower pins
   its own Ray, so it usually runs under another interpreter (``--flower-python``). A ClientApp
   is rebuilt for every message, so each client keeps its momentum buffers and shuffling
-  generator in ``context.state`` (what the long-lived ring client keeps in memory) and its
-  torch threads at ``max(1, int(num_cpus))`` (what a ring client sets);
+  generator in ``context.state`` (what the long-lived ring client keeps in memory) and sets
+  its torch threads to ``max(1, int(num_cpus))``;
 * ring: ``run_experiment`` with ``algorithm.name=fedavg``, ``clients.num_cpus = cores / N``,
   Ray started the way ``jobs.train`` starts it (dashboard included).
 
@@ -47,9 +47,11 @@ Local-T is the mean over clients after the last round; Global-T is not part of t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -213,7 +215,12 @@ def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
         ends.append(time.monotonic())
     figures = round_figures(ends, start)
     floor = figures["s_per_round"] / spec["cores"]
-    return {**figures, "floor_s_per_round": floor, "local_acc": statistics.fmean(accs)}
+    return {
+        **figures,
+        "floor_s_per_round": floor,
+        "local_acc": statistics.fmean(accs),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def _optimizer_state(algorithm: Any) -> dict[str, Any]:
@@ -231,7 +238,8 @@ def _restore_optimizer_state(algorithm: Any, saved: dict[str, Any]) -> None:
     algorithm.generator.set_state(saved["generator"])
     for i, p in enumerate(algorithm.model.parameters()):
         if f"momentum_{i}" in saved:
-            algorithm.optimizer.state[p]["momentum_buffer"] = saved[f"momentum_{i}"].clone()
+            state = algorithm.optimizer.state.setdefault(p, {})  # torch.optim's or optim's
+            state["momentum_buffer"] = saved[f"momentum_{i}"].clone()
 
 
 def make_client_app(spec: dict[str, Any]) -> Any:
@@ -243,7 +251,7 @@ def make_client_app(spec: dict[str, Any]) -> Any:
     app = ClientApp()
 
     def load(msg: Message, context: Context) -> tuple[Any, Any, Any]:
-        # One thread per whole CPU of the actor: what a ring client sets for itself.
+        # One torch thread per whole CPU of the actor (at least one), as a ring client has.
         torch.set_num_threads(max(1, int(spec["num_cpus"])))
         client = int(context.node_config["partition-id"])
         train, test = client_data(spec, client)
@@ -285,10 +293,21 @@ def make_server_app(spec: dict[str, Any], record: dict[str, Any]) -> Any:
     from flwr.serverapp.strategy import FedAvg
 
     class RecordingFedAvg(FedAvg):
-        """FedAvg that also keeps every client's own accuracy (the summary is unweighted)."""
+        """FedAvg that also keeps every client's own accuracy (the summary is unweighted)
+        and counts error replies (Flower logs a failed ClientApp and averages the rest)."""
+
+        def aggregate_train(self, server_round: int, replies: Any) -> Any:
+            replies = list(replies)
+            record["errors"] += [
+                f"train {server_round}: {m.error}" for m in replies if m.has_error()
+            ]
+            return super().aggregate_train(server_round, replies)
 
         def aggregate_evaluate(self, server_round: int, replies: Any) -> MetricRecord | None:
             replies = list(replies)
+            record["errors"] += [
+                f"eval {server_round}: {m.error}" for m in replies if m.has_error()
+            ]
             record["accs"][server_round] = {
                 int(m.content["metrics"]["client"]): float(m.content["metrics"]["acc"])
                 for m in replies
@@ -326,7 +345,7 @@ def worker_flower(spec: dict[str, Any]) -> dict[str, Any]:
     import ray
     from flwr.simulation import run_simulation
 
-    record: dict[str, Any] = {"stamps": {}, "accs": {}}
+    record: dict[str, Any] = {"stamps": {}, "accs": {}, "errors": []}
     run_simulation(
         server_app=make_server_app(spec, record),
         client_app=make_client_app(spec),
@@ -343,10 +362,12 @@ def worker_flower(spec: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"Flower finished {len(stamps) - 1} of {spec['rounds']} rounds")
     ends = [stamps[r] for r in range(1, spec["rounds"] + 1)]
     last = record["accs"][spec["rounds"]]
+    if record["errors"] or len(last) != spec["clients"]:
+        raise RuntimeError(f"{len(last)} clients evaluated; errors: {record['errors']}")
     return {
         **round_figures(ends, stamps[0]),
         "local_acc": statistics.fmean(last.values()),
-        "clients_evaluated": len(last),
+        "local_acc_by_round": {r: record["accs"][r] for r in sorted(record["accs"])},
         "flwr_version": flwr.__version__,
         "ray_version": ray.__version__,
     }
@@ -378,6 +399,7 @@ def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
         "bytes_per_hop": summary["bytes_per_hop"],
         "ray_version": ray.__version__,
         "overrides": overrides,
+        "clients_config": dataclasses.asdict(config.clients),  # slots, threads: as resolved
     }
 
 
@@ -485,7 +507,8 @@ class TreeSampler(threading.Thread):
 
 def run_side(side: str, python: str, spec: dict[str, Any], tmp: Path, label: str) -> dict[str, Any]:
     """Run one side's worker in a subprocess, measured from the outside."""
-    spec_path, result_path, log_path = (tmp / f"{label}.{ext}" for ext in ("spec", "json", "log"))
+    stem = re.sub(r"[^\w.=-]+", "_", label).strip("_")  # "flower (num_cpus=1)": flower_num_cpus=1
+    spec_path, result_path, log_path = (tmp / f"{stem}.{ext}" for ext in ("spec", "json", "log"))
     spec_path.write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["FLWR_TELEMETRY_ENABLED"] = "0"  # no usage events to Flower's servers
@@ -558,6 +581,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--json", type=Path, default=REPO / "benchmarks" / "results" / "vs_flower.json"
     )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="keep every side's log, spec and result (and the ring's outputs) here "
+        "(default: a temporary directory, removed at the end)",
+    )
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--spec", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -605,6 +635,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="vs-flower-") as tmp_dir:
         tmp = Path(tmp_dir)
+        if args.work_dir:
+            tmp = args.work_dir.resolve()
+            if tmp.exists() and any(tmp.iterdir()):
+                raise SystemExit(f"--work-dir {tmp} is not empty: the ring needs a fresh one")
+            tmp.mkdir(parents=True, exist_ok=True)
         spec: dict[str, Any] = {
             "clients": args.clients,
             "rounds": args.rounds,
