@@ -72,7 +72,7 @@ class ClientActor:
         node = node_resources(context.get_node_id())
         limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
         torch.set_num_threads(threads_per_slot(limit, node))  # only slot holders compute
-        self.slots = Slots(pool_name(run_key, context.get_node_id()), client_id, None)
+        self.slots = Slots(pool_name(run_key, context.get_node_id()), client_id)
         self.device = pick_device(config.clients.num_gpus)
 
         def images(x: np.ndarray, y: np.ndarray) -> LabelledImages:
@@ -244,7 +244,6 @@ class ClientActor:
                 self.resumed_after = first_round
             self.first_round = first_round
             self.completed = first_round - 1
-            self.slots.me = ray.get_runtime_context().current_actor
             self.thread = threading.Thread(
                 target=self._run, args=(first_round, joining), name=f"client-{self.id}", daemon=True
             )

@@ -173,6 +173,7 @@ class TrackingSection:
 @dataclass(frozen=True)
 class RaySection:
     address: str | None = None
+    dashboard: bool = False  # Ray's dashboard on a local Ray (a cluster has its own setting)
 
 
 FAULT_ACTIONS = ("crash", "hang", "slow", "join", "kill_node", "kill_coordinator")

@@ -66,17 +66,6 @@ class Coordinator:
         )
         if saved:
             self._restore(saved)
-        else:
-            self.tracker.log_params(flatten(config.to_dict()))
-            self.tracker.set_tags(
-                {
-                    "algorithm": config.algorithm.name,
-                    "dataset": config.data.dataset,
-                    "topology": config.topology.kind,
-                    "mode": config.schedule.mode,
-                    "output_dir": str(self.output_dir),
-                }
-            )
         self.stopping = threading.Event()
         self.loop = threading.Thread(target=self._control_loop, name="reconcile", daemon=True)
         self.loop.start()
@@ -241,6 +230,7 @@ class Coordinator:
     # ---- reconcile loop -----------------------------------------------------------------
 
     def _control_loop(self) -> None:
+        self._open_tracking()
         while not self.stopping.is_set():
             for step in (
                 self._settle_probes,
@@ -257,6 +247,21 @@ class Coordinator:
                 except Exception:  # one failing step must not stop the loop
                     log.exception("coordinator step %s failed", step.__name__)
             self.stopping.wait(min(0.2, self.config.schedule.heartbeat_s))
+
+    def _open_tracking(self) -> None:
+        """Create the MLflow run off the RPC path (a restarted coordinator reopens its own)."""
+        config = self.config
+        tags = {
+            "algorithm": config.algorithm.name,
+            "dataset": config.data.dataset,
+            "topology": config.topology.kind,
+            "mode": config.schedule.mode,
+            "output_dir": str(self.output_dir),
+        }
+        try:
+            self.tracker.open(flatten(config.to_dict()), tags)
+        except Exception:  # the loop must run; finalize retries and then reports the error
+            log.exception("could not open the MLflow run")
 
     def _settle_probes(self) -> None:
         """STEP 1: a probe that raised means crashed; one unanswered past the timeout, hung."""
@@ -439,6 +444,7 @@ class Coordinator:
         """Write the output files, log them to MLflow, close the run; return the summary."""
         self.stopping.set()
         self.loop.join(timeout=5)
+        self._open_tracking()
         with self.lock:
             self._log_round_means_all()
             summary = self._summary(wall_s)

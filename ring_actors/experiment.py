@@ -94,8 +94,8 @@ class Experiment:
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 runtime_env=actor_runtime_env(),
-            ).remote(limit, silence_s=self.config.schedule.hop_timeout_s)
-        ray.get([pool.status.remote() for pool in self.slot_pools.values()])
+            ).remote(limit)
+        # Not awaited: a client finds its pool by name and its first request waits for it.
 
     def join(self, count: int, first_round: int | None = None) -> list[int]:
         """Add ``count`` clients to the running ring; returns their ids.
@@ -148,15 +148,18 @@ def check_capacity(config: Config) -> None:
         raise PlacementError(_placement_message(config, config.total_clients))
 
 
-def connect_ray(address: str | None) -> bool:
+def connect_ray(address: str | None, dashboard: bool = False) -> bool:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``); start a local Ray otherwise.
 
-    True when this call started a local Ray, whose size is then fixed (no autoscaler).
+    A local Ray gets Ray's dashboard only when asked: its processes start slower than the
+    ring's first round and hold more memory than two clients. True when this call started a
+    local Ray, whose size is then fixed (no autoscaler).
     """
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    local = {} if address else {"include_dashboard": dashboard}
+    ray.init(address=address, log_to_driver=False, configure_logging=False, **local)
     return address is None
 
 
@@ -241,7 +244,7 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
     global_test = global_test_indices(
         splits, config.eval.global_max_samples, config.experiment.seed
     )
-    if connect_ray(config.ray.address):
+    if connect_ray(config.ray.address, config.ray.dashboard):
         check_capacity(config)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
     global_test_ref = ray.put((dataset.test_x[global_test], dataset.test_y[global_test]))

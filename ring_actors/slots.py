@@ -5,7 +5,9 @@ clients on two cores each run at a fraction of their speed and the round waits f
 admitted two at a time, each runs at full speed and the node stays busy. One pool actor per node
 grants the slots. It is an asyncio actor, so a waiting client costs no CPU (it blocks in
 ``ray.get``), requests are served oldest round first (sync and async rounds, laps and joins
-keep their order), and a holder that died or went silent is probed and its slot reclaimed.
+keep their order), and a holder's slot is a lease its client renews from a side thread: a
+holder that died or froze stops renewing and its slot is reclaimed. (Probing the holder instead
+would need its actor handle, and receiving one makes the pool import the client's code.)
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import asyncio
 import heapq
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import ray
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import RayActorError
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,6 @@ class _Request:
     round: int
     seq: int
     client: int = field(compare=False)
-    holder: ray.actor.ActorHandle | None = field(compare=False)
     granted: asyncio.Event = field(compare=False, default_factory=asyncio.Event)
     token: int = field(compare=False, default=-1)
 
@@ -67,22 +69,20 @@ class _Request:
 @dataclass
 class _Grant:
     client: int
-    holder: ray.actor.ActorHandle | None
-    since: float
+    renewed: float
 
 
 class SlotPool:
     """Grants at most ``limit`` slots at a time, lowest round first (then first come).
 
     A client holds at most one slot: a new request from a client that still holds one (a
-    process Ray restarted) returns the old one first. While someone waits, every holder that
-    has held for ``probe_s`` is pinged; one that is dead or silent for ``silence_s`` loses it.
+    process Ray restarted) returns the old one first. A slot not renewed for ``lease_s`` is
+    taken back.
     """
 
-    def __init__(self, limit: int, probe_s: float = 1.0, silence_s: float = 30.0) -> None:
+    def __init__(self, limit: int, lease_s: float = 10.0) -> None:
         self.limit = limit
-        self.probe_s = probe_s
-        self.silence_s = silence_s
+        self.lease_s = lease_s
         self.waiting: list[_Request] = []
         self.held: dict[int, _Grant] = {}
         self.seq = itertools.count()
@@ -90,27 +90,31 @@ class SlotPool:
         self.granted = 0
         self.most_held = 0
         self.reclaimed = 0
-        self.prober: asyncio.Task | None = None
+        self.reaper: asyncio.Task | None = None
 
-    async def acquire(
-        self, client_id: int, round_: int, holder: ray.actor.ActorHandle | None = None
-    ) -> int:
-        """Wait for a slot; returns the token that releases it."""
+    async def acquire(self, client_id: int, round_: int) -> int:
+        """Wait for a slot; returns the token that renews and releases it."""
         for token, grant in list(self.held.items()):
             if grant.client == client_id:
-                self._free(token)
-        request = _Request(round_, next(self.seq), client_id, holder)
+                del self.held[token]
+        request = _Request(round_, next(self.seq), client_id)
         heapq.heappush(self.waiting, request)
         self._dispatch()
-        if self.prober is None:
-            self.prober = asyncio.get_running_loop().create_task(self._probe_holders())
+        if self.reaper is None:
+            self.reaper = asyncio.get_running_loop().create_task(self._reclaim_expired())
         await request.granted.wait()
         return request.token
 
+    async def renew(self, token: int) -> bool:
+        """Extend a lease; False if it was already taken back."""
+        grant = self.held.get(token)
+        if grant is not None:
+            grant.renewed = time.monotonic()
+        return grant is not None
+
     async def release(self, token: int) -> None:
         """Give a slot back (idempotent: a reclaimed token is ignored)."""
-        if token in self.held:
-            self._free(token)
+        self.held.pop(token, None)
         self._dispatch()
 
     async def status(self) -> dict[str, int]:
@@ -123,69 +127,65 @@ class SlotPool:
             "reclaimed": self.reclaimed,
         }
 
-    def _free(self, token: int) -> None:
-        del self.held[token]
-
     def _dispatch(self) -> None:
         while self.waiting and len(self.held) < self.limit:
             request = heapq.heappop(self.waiting)
             request.token = next(self.tokens)
-            self.held[request.token] = _Grant(request.client, request.holder, time.monotonic())
+            self.held[request.token] = _Grant(request.client, time.monotonic())
             self.granted += 1
             self.most_held = max(self.most_held, len(self.held))
             request.granted.set()
 
-    async def _probe_holders(self) -> None:
+    async def _reclaim_expired(self) -> None:
         while True:
-            await asyncio.sleep(self.probe_s)
-            if not self.waiting:
-                continue
+            await asyncio.sleep(self.lease_s / 4)
             now = time.monotonic()
-            due = {
-                token: grant
-                for token, grant in self.held.items()
-                if grant.holder is not None and now - grant.since >= self.probe_s
-            }
-            alive = await asyncio.gather(*(self._answers(g.holder) for g in due.values()))
-            for (token, grant), ok in zip(due.items(), alive, strict=True):
-                if not ok and token in self.held:
-                    log.warning("client %d lost its slot: dead or silent", grant.client)
+            for token, grant in list(self.held.items()):
+                if now - grant.renewed > self.lease_s:
+                    log.warning(
+                        "client %d lost its slot: no renewal in %gs", grant.client, self.lease_s
+                    )
+                    del self.held[token]
                     self.reclaimed += 1
-                    self._free(token)
             self._dispatch()
-
-    async def _answers(self, holder: ray.actor.ActorHandle) -> bool:
-        try:
-            await asyncio.wait_for(holder.ping.remote(), timeout=self.silence_s)
-            return True
-        except (RayActorError, asyncio.TimeoutError):
-            return False
-        except RayError:  # any other failure to answer is not proof of death
-            return True
 
 
 class Slots:
     """A client's side of its node's pool: ``with slots.hold(round_):`` around compute.
 
-    Without a pool (concurrency off, or a node the driver made none for) compute is not gated;
-    if the pool dies mid-run, the client keeps computing rather than stall the ring.
+    Without a pool (a node the driver made none for) compute is not gated; if the pool dies
+    mid-run, the client keeps computing rather than stall the ring. While a slot is held, a
+    side thread renews its lease.
     """
 
-    def __init__(self, name: str | None, client_id: int, me: ray.actor.ActorHandle | None) -> None:
+    def __init__(self, name: str | None, client_id: int, lease_s: float = 10.0) -> None:
         self.name = name
         self.client_id = client_id
-        self.me = me
+        self.lease_s = lease_s
         self.pool: ray.actor.ActorHandle | None = None
         self.waited_s = 0.0  # time spent waiting for slots, for the round's metrics
+        self.token: int | None = None
+        self.renewing = threading.Event()
 
     @contextmanager
     def hold(self, round_: int) -> Iterator[None]:
-        token = self._acquire(round_)
+        self.token = self._acquire(round_)
+        if self.token is not None:
+            self.renewing.set()
+            threading.Thread(target=self._renew, args=(self.token,), daemon=True).start()
         try:
             yield
         finally:
-            if token is not None:
-                self.pool.release.remote(token)
+            if self.token is not None:
+                self.renewing.clear()
+                self.pool.release.remote(self.token)
+                self.token = None
+
+    def _renew(self, token: int) -> None:
+        while self.renewing.is_set() and self.token == token:
+            time.sleep(self.lease_s / 4)
+            if self.renewing.is_set() and self.token == token:
+                self.pool.renew.remote(token)
 
     def _acquire(self, round_: int) -> int | None:
         pool = self._pool()
@@ -193,7 +193,7 @@ class Slots:
             return None
         started = time.monotonic()
         try:
-            return ray.get(pool.acquire.remote(self.client_id, round_, self.me))
+            return ray.get(pool.acquire.remote(self.client_id, round_))
         except RayActorError as err:
             log.warning("client %d computes without a slot: %r", self.client_id, err)
             self.name, self.pool = None, None  # the pool is gone: stop asking

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,8 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
 
 _MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
 
@@ -37,42 +36,67 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 class Tracker:
-    """One MLflow run, written only by the coordinator; metrics are buffered and sent in batches."""
+    """One MLflow run, written only by the coordinator; metrics are buffered and sent in batches.
+
+    Nothing touches MLflow until ``open``: importing it and creating a SQLite store take
+    seconds, which the coordinator spends on its own thread while the ring starts.
+    """
 
     def __init__(self, uri: str, experiment: str, run_name: str, run_id: str | None = None) -> None:
         """A new run, or with ``run_id`` the same run again (after a coordinator restart)."""
         self.uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
-        if run_id is None:
-            found = self.client.get_experiment_by_name(experiment)
-            experiment_id = (
-                found.experiment_id if found else self.client.create_experiment(experiment)
-            )
-            run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+        self.experiment = experiment
+        self.run_name = run_name
         self.run_id = run_id
-        self._pending: list[Metric] = []
+        self.client = None
+        self._pending: list[tuple[str, float, int, int]] = []
+        self._opening = threading.Lock()
 
-    def log_params(self, params: Mapping[str, str]) -> None:
-        items = [Param(k, v[:6000]) for k, v in params.items()]
-        for start in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[start : start + 100])
+    def open(
+        self, params: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
+    ) -> None:
+        """Connect, and create the run (logging ``params`` and ``tags``) if it is new."""
+        from mlflow.entities import Param, RunTag
+        from mlflow.tracking import MlflowClient
 
-    def set_tags(self, tags: Mapping[str, str]) -> None:
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        with self._opening:
+            if self.client is not None:
+                return
+            client = MlflowClient(tracking_uri=self.uri)
+            if self.run_id is None:
+                found = client.get_experiment_by_name(self.experiment)
+                experiment_id = (
+                    found.experiment_id if found else client.create_experiment(self.experiment)
+                )
+                run_id = client.create_run(experiment_id, run_name=self.run_name).info.run_id
+                items = [Param(k, v[:6000]) for k, v in (params or {}).items()]
+                for start in range(0, len(items), 100):
+                    client.log_batch(run_id, params=items[start : start + 100])
+                tags = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+                client.log_batch(run_id, tags=tags)
+                self.run_id = run_id
+            self.client = client
 
     def add_metrics(self, values: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
-        self._pending.extend(Metric(k, float(v), now, step) for k, v in values.items())
+        self._pending.extend((k, float(v), now, step) for k, v in values.items())
 
     def flush(self) -> None:
+        """Send what is buffered (once the run is open)."""
+        from mlflow.entities import Metric
+
+        if self.client is None:
+            return
         while self._pending:
             batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
-            self.client.log_batch(self.run_id, metrics=batch)
+            self.client.log_batch(self.run_id, metrics=[Metric(*m) for m in batch])
 
     def log_artifacts(self, directory: Path) -> None:
+        self.open()
         self.client.log_artifacts(self.run_id, str(directory))
 
     def end(self, status: str = "FINISHED") -> None:
+        self.open()
         self.flush()
         self.client.set_terminated(self.run_id, status=status)
 

@@ -9,7 +9,7 @@ import pytest
 import ray
 
 from ring_actors.experiment import launch, shutdown, wait_and_finalize
-from ring_actors.slots import SlotPool, slot_limit, threads_per_slot
+from ring_actors.slots import SlotPool, Slots, slot_limit, threads_per_slot
 from tests.conftest import needs_data, small_config
 
 POOL = ray.remote(SlotPool)
@@ -17,13 +17,12 @@ POOL = ray.remote(SlotPool)
 
 @ray.remote(num_cpus=0)
 class Holder:
-    """Takes a slot for itself and keeps it, like a client that crashes mid-training."""
+    """Takes a slot through a client's ``Slots`` and keeps it, as a long training step does."""
 
-    def ping(self) -> int:
-        return 0
-
-    def take(self, pool: ray.actor.ActorHandle, me: ray.actor.ActorHandle) -> int:
-        return ray.get(pool.acquire.remote(99, 0, me))
+    def take(self, pool_name: str, lease_s: float) -> None:
+        self.slots = Slots(pool_name, 99, lease_s)
+        self.held = self.slots.hold(0)
+        self.held.__enter__()
 
 
 def test_auto_limit_is_cores_or_gpus_times_slots_per_gpu():
@@ -61,12 +60,12 @@ def test_never_more_than_the_limit_and_oldest_round_first(ray_local):
     ray.kill(pool)
 
 
-def test_a_holder_that_dies_gives_its_slot_back(ray_local):
-    pool = POOL.remote(1, probe_s=0.2, silence_s=5.0)
+def test_a_holder_renews_its_slot_and_one_that_dies_gives_it_back(ray_local):
+    pool = POOL.options(name="slots-under-test").remote(1, lease_s=1.0)
     holder = Holder.remote()
-    ray.get(holder.take.remote(pool, holder))
+    ray.get(holder.take.remote("slots-under-test", 1.0))
     waiter = pool.acquire.remote(1, 0)
-    assert ray.wait([waiter], timeout=1.0)[0] == []
+    assert ray.wait([waiter], timeout=3.0)[0] == []  # three leases: renewed, still held
     ray.kill(holder)
     assert ray.wait([waiter], timeout=10.0)[0] == [waiter]
     assert ray.get(pool.status.remote())["reclaimed"] == 1

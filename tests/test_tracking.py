@@ -26,15 +26,29 @@ def test_flatten_gives_dotted_string_params():
 
 def test_tracker_batches_more_metrics_than_one_call_takes(tmp_path):
     tracker = Tracker(f"sqlite:///{tmp_path / 'm.db'}", "exp", "run")
-    tracker.log_params({"x": "1"})
     for step in range(1200):  # over MLflow's 1000-metric batch limit
         tracker.add_metrics({"loss": 1.0 / (step + 1)}, step)
+    tracker.flush()  # not open yet: the metrics wait in the buffer
+    assert tracker.run_id is None and len(tracker._pending) == 1200
+    tracker.open({"x": "1"}, {"kind": "test"})
     tracker.end()
     client = MlflowClient(tracker.uri)
     history = client.get_metric_history(tracker.run_id, "loss")
     assert len(history) == 1200
     assert client.get_run(tracker.run_id).info.status == "FINISHED"
     assert client.get_run(tracker.run_id).data.params == {"x": "1"}
+    assert client.get_run(tracker.run_id).data.tags["kind"] == "test"
+
+
+def test_a_reopened_run_is_the_same_run(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    first = Tracker(uri, "exp", "run")
+    first.open({"x": "1"})
+    again = Tracker(uri, "exp", "run", run_id=first.run_id)
+    again.add_metrics({"loss": 0.5}, 3)
+    again.end()
+    assert again.run_id == first.run_id
+    assert [m.step for m in MlflowClient(uri).get_metric_history(first.run_id, "loss")] == [3]
 
 
 def test_write_outputs_follows_the_contract(tmp_path):

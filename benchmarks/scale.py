@@ -1,0 +1,192 @@
+"""How the ring scales with clients on one machine: round time, throughput, memory, start-up.
+
+    RING_ACTORS_DATA=../shared/datasets python -m benchmarks.scale --clients 8 16 32 50 \
+        --algorithms drdfl fedavg --modes sync async --rounds 4 \
+        --json benchmarks/results/scale.json
+
+Each run is one subprocess with a fresh local Ray of ``--cores`` CPUs (or ``--nodes`` simulated
+nodes of ``ray.cluster_utils.Cluster``, clients spread over them), the small CNN, Fashion-MNIST
+shards of ``--samples`` training samples per client, and ``clients.num_cpus = cores / N``.
+Measured from the outside: the whole process tree's peak PSS (driver, Ray's daemons, every
+actor) and the largest client USS; from the run: the median time between round completions
+after round 0, trained samples per second, and the time from the subprocess's start until every
+client reported round 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.vs_flower import TreeSampler
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def overrides(spec: dict[str, Any], tmp: Path) -> list[str]:
+    n = spec["clients"]
+    return [
+        f"algorithm.name={spec['algorithm']}",
+        "algorithm.backbone=cnn",
+        f"clients.count={n}",
+        f"clients.num_cpus={spec['cores'] / n:.6f}",
+        "clients.placement=spread",
+        f"data.root={spec['data_root']}",
+        "data.download=false",
+        f"data.max_train_per_client={spec['samples']}",
+        f"experiment.rounds={spec['rounds']}",
+        f"schedule.mode={spec['mode']}",
+        "schedule.hop_timeout_s=300",
+        "eval.every=1",
+        "eval.global_max_samples=500",
+        f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
+    ]
+
+
+def worker(spec: dict[str, Any], result_path: Path) -> None:
+    """One run, timed from this process's start (``spec['spawned']``)."""
+    import pyarrow.parquet as pq
+    import ray
+
+    from ring_actors.config import load_config
+    from ring_actors.experiment import launch, shutdown, wait_and_finalize
+
+    tmp = Path(spec["tmp"])
+    config = load_config("jobs/configs/quickstart.yaml", overrides(spec, tmp))
+    cluster = None
+    if spec["nodes"] > 1:
+        from ray.cluster_utils import Cluster
+
+        per_node = max(1, round(spec["cores"] / spec["nodes"]))
+        cluster = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+        )
+        for _ in range(spec["nodes"]):
+            cluster.add_node(num_cpus=per_node)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    else:
+        ray.init(address="local", num_cpus=spec["cores"], include_dashboard=False)
+    experiment = launch(config, tmp / "out")
+    try:
+        started = time.time()
+        ray.get(experiment.coordinator.start_clients.remote())
+        summary = wait_and_finalize(experiment, time.monotonic(), progress=False)
+        nodes = len({facts["node_id"] for facts in experiment.placement.values()})
+    finally:
+        shutdown(experiment)
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+    rows = pq.read_table(tmp / "out" / "metrics.parquet").to_pylist()
+    ends = [max(r["time_s"] for r in rows if r["round"] == k) for k in range(spec["rounds"])]
+    result = {
+        "to_round0_s": started - spec["spawned"] + ends[0],
+        "launch_s": started - spec["spawned"],
+        "round_s": statistics.median(b - a for a, b in zip(ends, ends[1:], strict=False)),
+        "samples_per_s": summary["samples_per_s"],
+        "train_s_median": statistics.median(r["train_s"] for r in rows),
+        "slot_wait_s_median": statistics.median(r.get("slot_wait_s") or 0.0 for r in rows),
+        "local_acc": summary["local_acc"]["mean"],
+        "lost_payloads": summary["events"]["lost_payloads"],
+        "nodes_used": nodes,
+    }
+    result_path.write_text(json.dumps(result))
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="ring-scale-") as tmp:
+        spec = {**spec, "tmp": tmp}
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        spawned = time.time()
+        spec_path.write_text(json.dumps({**spec, "spawned": spawned}))
+        command = [sys.executable, "-m", "benchmarks.scale", "--worker", str(spec_path)]
+        with open(Path(tmp) / "log", "w") as log:
+            proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log)
+            sampler = TreeSampler(proc.pid, worker_of_root=False)
+            sampler.start()
+            code = proc.wait()
+        sampler.stop.set()
+        sampler.join()
+        if code != 0:
+            tail = (Path(tmp) / "log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"run {spec} failed with {code}:\n{tail}")
+        result = json.loads(result_path.read_text())
+    return {
+        **{k: v for k, v in spec.items() if k not in ("tmp", "data_root")},
+        **result,
+        "command_s": time.time() - spawned,
+        "peak_pss_gb": sampler.peak_pss_kb / 2**20,
+        "client_uss_mb": sampler.client_uss_mb(),
+        "peak_pss_mb_by_process": {
+            k: round(v / 1024) for k, v in sorted(sampler.peak_pss_by_title.items())
+        },
+        "load_before": os.getloadavg()[0],
+    }
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    head = (
+        "| clients | nodes | method | mode | s/round | samples/s | to round 0 s | peak PSS GB "
+        "| max client USS MB | Local-T |\n|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [
+        f"| {r['clients']} | {r['nodes']} | {r['algorithm']} | {r['mode']} | {r['round_s']:.1f} "
+        f"| {r['samples_per_s']:.0f} | {r['to_round0_s']:.1f} | {r['peak_pss_gb']:.2f} "
+        f"| {r['client_uss_mb']:.0f} | {100 * r['local_acc']:.1f} |"
+        for r in results
+    ]
+    return "\n".join([head, *lines])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--clients", type=int, nargs="+", default=[8, 16, 32, 50])
+    parser.add_argument("--algorithms", nargs="+", default=["drdfl", "fedavg"])
+    parser.add_argument("--modes", nargs="+", default=["sync", "async"])
+    parser.add_argument("--nodes", type=int, default=1, help="simulated nodes (Cluster)")
+    parser.add_argument("--cores", type=int, default=os.cpu_count())
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/scale.json"))
+    args = parser.parse_args()
+    if args.worker:
+        spec = json.loads(args.worker.read_text())
+        worker(spec, args.worker.with_name("result.json"))
+        return
+    results = []
+    for n in args.clients:
+        for algorithm in args.algorithms:
+            for mode in args.modes:
+                spec = {
+                    "clients": n,
+                    "algorithm": algorithm,
+                    "mode": mode,
+                    "nodes": args.nodes,
+                    "cores": args.cores,
+                    "rounds": args.rounds,
+                    "samples": args.samples,
+                    "data_root": os.environ.get("RING_ACTORS_DATA", ""),
+                }
+                results.append(run(spec))
+                print(table(results[-1:]).splitlines()[-1], flush=True)
+    print(table(results))
+    previous = json.loads(args.json.read_text()) if args.json.exists() else {"runs": []}
+    command = "python -m benchmarks.scale " + " ".join(sys.argv[1:])
+    previous["runs"] += [{**r, "command": command} for r in results]
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(previous, indent=2))
+
+
+if __name__ == "__main__":
+    main()
