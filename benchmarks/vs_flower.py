@@ -23,7 +23,7 @@ Local-T figures should agree up to float summation order:
   generator in ``context.state`` (what the long-lived ring client keeps in memory) and sets
   its torch threads to ``max(1, int(num_cpus))``;
 * ring: ``run_experiment`` with ``algorithm.name=fedavg``, ``clients.num_cpus = cores / N``,
-  Ray started the way ``jobs.train`` starts it (dashboard included).
+  Ray started the way ``jobs.train`` starts a local Ray (no dashboard unless asked).
 
 Every side runs in its own subprocess (a fresh Ray for each Ray side, started and shut down
 inside it), so its memory can be measured from the outside: every 0.5 s a thread sums
@@ -385,7 +385,12 @@ def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
     overrides = [*ring_overrides(spec), f"tracking.uri=sqlite:///{tmp / 'ring-mlflow.db'}"]
     config = load_config(None, overrides)  # ring_config(spec) plus a throwaway MLflow store
     # address="local": never join another Ray instance someone else runs on this machine.
-    ray.init(address="local", log_to_driver=False, configure_logging=False)
+    ray.init(
+        address="local",
+        include_dashboard=getattr(config.ray, "dashboard", None),  # as connect_ray starts it
+        log_to_driver=False,
+        configure_logging=False,
+    )
     try:
         summary = run_experiment(config, output_dir=tmp / "ring-out", progress=False)
     finally:

@@ -53,7 +53,8 @@ def test_quickstart_yaml_loads_with_its_values():
     assert config.clients.count == raw["clients"]["count"]
     assert config.algorithm.name == raw["algorithm"]["name"]
     assert type(config.algorithm.options) is ALGORITHMS[config.algorithm.name].Options
-    assert config.algorithm.options.lr == raw["algorithm"]["lr"]
+    method_default = ALGORITHMS[config.algorithm.name].Options().lr
+    assert config.algorithm.options.lr == raw["algorithm"].get("lr", method_default)
     assert config.schedule.hop_timeout_s == raw["schedule"]["hop_timeout_s"]
     assert isinstance(config.schedule.hop_timeout_s, float)  # may be an int in YAML: coerced
     assert config.tracking.uri is None

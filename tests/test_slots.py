@@ -108,3 +108,23 @@ def test_laps_and_a_join_finish_with_one_slot_for_the_whole_ring(ray_local, tmp_
     assert 2 * (4 * 4 + 1) <= status["granted"] <= 2 * (4 * 4 + 2)
     # One shared model over ten classes after four short rounds: well above chance (0.1).
     assert summary["global_acc"]["mean"] > 0.2
+
+
+@needs_data
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("overrides", "limit", "threads"),
+    [
+        (("clients.num_gpus=0.25",), 2, 1),  # 1 logical GPU x 2 slots; 2 cores / 2 slots
+        (("clients.concurrency=1",), 1, 2),  # one slot takes both cores
+    ],
+)
+def test_slots_and_torch_threads_follow_the_node(ray_local, tmp_path, overrides, limit, threads):
+    config = small_config(tmp_path, "clients.num_cpus=0.25", *overrides)
+    experiment = launch(config, tmp_path / "out")
+    try:
+        (pool,) = experiment.slot_pools.values()
+        assert ray.get(pool.status.remote())["limit"] == limit
+        assert {facts["torch_threads"] for facts in experiment.placement.values()} == {threads}
+    finally:
+        shutdown(experiment)
