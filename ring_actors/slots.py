@@ -164,28 +164,26 @@ class Slots:
         self.lease_s = lease_s
         self.pool: ray.actor.ActorHandle | None = None
         self.waited_s = 0.0  # time spent waiting for slots, for the round's metrics
-        self.token: int | None = None
-        self.renewing = threading.Event()
+        self.token: int | None = None  # the slot held now (tokens are never reused)
 
     @contextmanager
     def hold(self, round_: int) -> Iterator[None]:
-        self.token = self._acquire(round_)
-        if self.token is not None:
-            self.renewing.set()
-            threading.Thread(target=self._renew, args=(self.token,), daemon=True).start()
+        self.token = token = self._acquire(round_)
+        if token is not None:
+            threading.Thread(target=self._renew, args=(token,), daemon=True).start()
         try:
             yield
         finally:
-            if self.token is not None:
-                self.renewing.clear()
-                self.pool.release.remote(self.token)
+            if token is not None:
                 self.token = None
+                self.pool.release.remote(token)
 
     def _renew(self, token: int) -> None:
-        while self.renewing.is_set() and self.token == token:
+        while True:
             time.sleep(self.lease_s / 4)
-            if self.renewing.is_set() and self.token == token:
-                self.pool.renew.remote(token)
+            if self.token != token:
+                return
+            self.pool.renew.remote(token)
 
     def _acquire(self, round_: int) -> int | None:
         pool = self._pool()
