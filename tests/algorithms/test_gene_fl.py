@@ -221,9 +221,12 @@ def test_non_participant_contributes_nothing_and_does_not_train():
 
 def test_lap_reaches_the_personal_model_only_when_the_client_next_trains():
     """Evaluation follows the lap: it must see the model the client's training produced."""
-    algos = [make(seed=s, lr=1e-12) for s in range(2)]
+    algos = [make(seed=s, lr=1e-12) for s in range(2)]  # lr ~ 0: the models move only here
     for algo in algos:
         algo.train_round(horizontal(algo.task.seed))
+    with torch.no_grad():  # as if client 1's training had taken it elsewhere
+        for p in algos[1].params.values():
+            p.add_(1.0)
     trained = [{k: layer_value(a, k) for k in a.params} for a in algos]
     run_laps(algos, round_=0)
     for algo, own in zip(algos, trained, strict=True):

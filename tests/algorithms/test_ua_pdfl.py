@@ -247,7 +247,7 @@ def test_anchor_is_the_mean_unit_feature_of_self_and_every_offering_peer():
 def test_regulariser_pulls_the_unit_feature_toward_the_peers_mean():
     data = separable(n=64, classes=CLASSES, shape=SHAPE)
     distances, aux_losses = [], []
-    for mu in (0.0, 0.01):
+    for mu in (0.0, 10.0):
         algo = make(mu=mu)
         own, feature = algo.probe()
         algo.decide([offer_from(1, own, feature + 2.0)])  # anchor = own feature + 1
@@ -258,6 +258,16 @@ def test_regulariser_pulls_the_unit_feature_toward_the_peers_mean():
     # Both start ||1|| = sqrt(D) from the anchor; the regularised run ends far closer.
     assert distances[1] < 0.6 * min(distances[0], math.sqrt(len(anchor)))
     assert aux_losses[0] == 0.0 and aux_losses[1] > 0
+
+
+def test_regulariser_is_a_mean_over_the_unit_feature_not_a_sum():
+    """A sum over thousands of feature values made SGD overflow on Fashion-MNIST shards."""
+    algo = make(mu=0.01)
+    own, feature = algo.probe()
+    algo.decide([offer_from(1, own, feature + 2.0)])  # every value 1 away from the anchor
+    assert len(feature) > 100
+    metrics = algo.train_round(separable(n=32, classes=CLASSES, shape=SHAPE))
+    assert metrics["loss_aux"] == pytest.approx(1.0, rel=0.5)
 
 
 def test_learning_rate_decays_per_round_and_round_state_is_cleared():
