@@ -31,7 +31,7 @@ def uss_mb() -> float:
 class Probe:
     """One client's life in phases, measured from inside its process."""
 
-    def run(self, config: dict, dataset, split, test, rounds: int, torch_optim: bool) -> dict:
+    def run(self, config: dict, dataset, split, test, rounds: int, torch_optim: bool, trim: bool):
         phases = {"ray worker": uss_mb()}
         import torch
 
@@ -39,6 +39,7 @@ class Probe:
         from ring_actors.algorithms import base
         from ring_actors.client import ClientActor
         from ring_actors.config import config_from_dict
+        from ring_actors.worker_env import release_freed_memory
 
         phases["import client"] = uss_mb()
         config = config_from_dict(config)
@@ -55,6 +56,9 @@ class Probe:
             client.algorithm.evaluate(client.local_test)
             client.algorithm.evaluate(client.global_test)
         phases[f"{rounds} rounds, evaluated"] = uss_mb()
+        if trim:  # what a client does when it gives its compute slot back
+            release_freed_memory()
+        phases["slot given back (idle)"] = uss_mb()
         return phases
 
 
@@ -71,7 +75,8 @@ def measure(overrides: list[str], rounds: int, allocator: bool, torch_optim: boo
     env = {"env_vars": dict(ALLOCATOR_ENV) if allocator else {"MALLOC_ARENA_MAX": ""}}
     probe = Probe.options(runtime_env=env).remote()
     try:
-        args = (config.to_dict(), ray.put(dataset), splits[0], global_test, rounds, torch_optim)
+        data = ray.put(dataset)
+        args = (config.to_dict(), data, splits[0], global_test, rounds, torch_optim, allocator)
         return ray.get(probe.run.remote(*args))
     finally:
         ray.kill(probe)
@@ -86,9 +91,9 @@ def main() -> None:
     ray.init(log_to_driver=False, configure_logging=False)
     root = os.environ.get("RING_ACTORS_DATA")
     variants = {
-        "allocator limits, lean optimiser": (True, False),
+        "2 arenas + trim, lean optimiser": (True, False),
         "glibc defaults, lean optimiser": (False, False),
-        "allocator limits, torch.optim": (True, True),
+        "2 arenas + trim, torch.optim": (True, True),
     }
     results = {}
     for name in args.algorithms:

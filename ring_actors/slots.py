@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import ray
 from ray.exceptions import RayActorError
 
+from ring_actors.worker_env import release_freed_memory
+
 log = logging.getLogger(__name__)
 
 
@@ -177,6 +179,7 @@ class Slots:
             if token is not None:
                 self.token = None
                 self.pool.release.remote(token)
+            release_freed_memory()  # an idle client keeps only what it holds
 
     def _renew(self, token: int) -> None:
         while True:

@@ -2,19 +2,35 @@
 
 glibc gives every thread that allocates its own malloc arena and keeps freed memory in it; a
 client runs Ray's RPC threads, its training thread and torch's pools, so without limits each
-client process grows by hundreds of MB of freed but unreturned memory. Two arenas, and large
-blocks mapped and returned to the system at once, keep a client near what it really holds.
+client process keeps hundreds of MB of freed memory. Two arenas bound that at no cost in speed,
+and a client hands what it freed back to the system each time it gives up its compute slot:
+only the clients that hold slots need their working memory. (Lower mmap and trim thresholds
+would bound it during training too, but cost about a third of the training speed.)
 """
 
 from __future__ import annotations
 
-ALLOCATOR_ENV = {
-    "MALLOC_ARENA_MAX": "2",
-    "MALLOC_MMAP_THRESHOLD_": "65536",
-    "MALLOC_TRIM_THRESHOLD_": "131072",
-}
+import ctypes
+import ctypes.util
+
+ALLOCATOR_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 
 def actor_runtime_env() -> dict[str, dict[str, str]]:
     """The ``runtime_env`` of every actor a run starts (merged with the job's own)."""
     return {"env_vars": dict(ALLOCATOR_ENV)}
+
+
+def _libc_trim():
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    return trim
+
+
+_MALLOC_TRIM = _libc_trim()
+
+
+def release_freed_memory() -> None:
+    """Return the allocator's free pages to the system (glibc only; elsewhere a no-op)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
