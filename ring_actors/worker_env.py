@@ -23,8 +23,7 @@ def actor_runtime_env() -> dict[str, dict[str, str]]:
 
 def _libc_trim():
     name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    return trim
+    return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 
 
 _MALLOC_TRIM = _libc_trim()
