@@ -144,11 +144,20 @@ class ScheduleSection:
     hop_timeout_s: float = 30.0
     max_staleness: int = 2
     heartbeat_s: float = 1.0
+    # A client whose method raises (or goes non-finite): ``drop`` bypasses it as crashed and
+    # the ring heals; ``stop`` ends the run within seconds, writing what exists.
+    on_client_error: Literal["drop", "stop"] = "drop"
+    # The run is stopped, with a diagnosis, once no member has finished a round for this
+    # many hop timeouts.
+    stall_hops: float = 10.0
+    max_payload_bytes: int = 2**31  # a larger payload is refused before it is merged
 
     def __post_init__(self) -> None:
         _check(self.hop_timeout_s > 0, "schedule.hop_timeout_s", "a number > 0")
         _check(self.max_staleness >= 0, "schedule.max_staleness", "an int >= 0")
         _check(self.heartbeat_s > 0, "schedule.heartbeat_s", "a number > 0")
+        _check(self.stall_hops >= 2, "schedule.stall_hops", "a number >= 2", self.stall_hops)
+        _check(self.max_payload_bytes > 0, "schedule.max_payload_bytes", "an int > 0")
 
 
 @dataclass(frozen=True)
@@ -176,7 +185,7 @@ class RaySection:
     dashboard: bool = False  # Ray's dashboard on a local Ray (a cluster has its own setting)
 
 
-FAULT_ACTIONS = ("crash", "hang", "slow", "join", "kill_node", "kill_coordinator")
+FAULT_ACTIONS = ("crash", "hang", "slow", "error", "join", "kill_node", "kill_coordinator")
 
 
 @dataclass(frozen=True)
@@ -185,9 +194,10 @@ class FaultSection:
 
     ``crash``: these clients' processes exit at the start of that round. ``hang``: they freeze
     (the whole process, heartbeats included) for ``for_s`` seconds. ``slow``: they sleep
-    ``delay_s`` every round from then on. ``join``: that many new clients (with data
-    partitions of their own) are spliced into the running ring before it begins that round,
-    which is the first they train. ``kill_node``: every client
+    ``delay_s`` every round from then on. ``error``: their method raises in that round, as a
+    bug would, and ``schedule.on_client_error`` decides what follows. ``join``: that many new
+    clients (with data partitions of their own) are spliced into the running ring before it
+    begins that round, which is the first they train. ``kill_node``: every client
     on the node that hosts each listed client dies at once. ``kill_coordinator``: the
     coordinator is killed; Ray restarts it and it recovers from its checkpoint.
     """
@@ -198,6 +208,7 @@ class FaultSection:
     for_s: float = 0.0
     slow: tuple[int, ...] = ()
     delay_s: float = 0.0
+    error: tuple[int, ...] = ()
     join: int = 0
     kill_node: tuple[int, ...] = ()
     kill_coordinator: bool = False
@@ -229,7 +240,7 @@ class Config:
 
     def __post_init__(self) -> None:
         for entry in self.faults:
-            for action in ("crash", "hang", "slow", "kill_node"):
+            for action in ("crash", "hang", "slow", "error", "kill_node"):
                 bad = [c for c in getattr(entry, action) if not 0 <= c < self.total_clients]
                 ids = f"client ids in [0, {self.total_clients})"
                 _check(not bad, f"faults[].{action}", ids, bad)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -308,6 +309,7 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
     config = experiment.config
     total = config.clients.count * config.experiment.rounds
     applied: set[int] = set()
+    printed = 0  # client errors shown so far
     with tqdm(total=total, desc="client-rounds", unit="rd", disable=not progress) as bar:
         while True:
             try:
@@ -315,6 +317,17 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
             except RayActorError:  # the coordinator is being restarted: ask again
                 time.sleep(0.5)
                 continue
+            for error in state["errors"][printed:]:
+                bar.write(
+                    f"client {error['client']} failed in round {error['round']} "
+                    f"(schedule.on_client_error={config.schedule.on_client_error}):\n"
+                    f"{error['error']}",
+                    file=sys.stderr,
+                )
+            printed = len(state["errors"])
+            if state["stopped"]:
+                bar.write(f"run stopped: {state['stopped']}", file=sys.stderr)
+                break
             due = driver_faults_due(config.faults, state["round"], state["newest"], applied)
             for index in due:
                 apply_driver_fault(experiment, config.faults[index])

@@ -6,25 +6,49 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
+from typing import Protocol
 
 from ring_actors.config import FaultSection
 
 
-def strike(plan: Sequence[FaultSection], client_id: int, round_: int) -> None:
-    """Crash or freeze this process if the plan says so for ``round_``.
+class InjectedError(RuntimeError):
+    """The fault plan's ``error`` entry: the client's method raises, as a bug in it would."""
 
-    A crash is a real process exit; a hang stops the whole process (so heartbeats go
-    unanswered too) and a detached ``sh`` resumes it after ``for_s`` seconds.
-    """
+
+class FaultActions(Protocol):
+    """How a client's host crashes or freezes it."""
+
+    def crash(self) -> None: ...
+
+    def freeze(self, seconds: float) -> None: ...
+
+
+class ProcessFaults:
+    """Faults of a real process: a crash is an exit; a hang stops the whole process (so
+    heartbeats go unanswered too) and a detached ``sh`` resumes it after ``seconds``."""
+
+    def crash(self) -> None:
+        os._exit(1)
+
+    def freeze(self, seconds: float) -> None:
+        pid = os.getpid()
+        subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {pid}"])
+        os.kill(pid, signal.SIGSTOP)
+
+
+def strike(
+    plan: Sequence[FaultSection], client_id: int, round_: int, actions: FaultActions
+) -> None:
+    """Crash, freeze or fail this client if the plan says so for ``round_``."""
     for entry in plan:
         if entry.at_round != round_:
             continue
         if client_id in entry.crash:
-            os._exit(1)
+            actions.crash()
         if client_id in entry.hang:
-            pid = os.getpid()
-            subprocess.Popen(["sh", "-c", f"sleep {entry.for_s}; kill -CONT {pid}"])
-            os.kill(pid, signal.SIGSTOP)
+            actions.freeze(entry.for_s)
+        if client_id in entry.error:
+            raise InjectedError(f"client {client_id}: injected error in round {round_}")
 
 
 def slow_delay(plan: Sequence[FaultSection], client_id: int, round_: int) -> float:

@@ -19,7 +19,7 @@ class Inbox:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._items: list[Payload] = []
-        self._seen: set[tuple[int, int, int, str]] = set()
+        self._seen: set[tuple[int, int, int, str, str]] = set()
         self._newest: dict[tuple[str, int], int] = {}
 
     def put(self, payload: Payload) -> bool:
@@ -29,18 +29,18 @@ class Inbox:
                 return False
             self._seen.add(payload.key)
             self._items.append(payload)
-            key = (payload.kind, payload.sender)
+            key = (payload.channel, payload.sender)
             self._newest[key] = max(self._newest.get(key, -1), payload.round)
             self._cond.notify_all()
             return True
 
-    def take(self, kind: str, max_round: int | None = None) -> list[Payload]:
-        """Remove payloads of ``kind`` up to ``max_round``; keep only the newest per sender."""
+    def take(self, channel: str, max_round: int | None = None) -> list[Payload]:
+        """Remove payloads of ``channel`` up to ``max_round``; keep only the newest per sender."""
         with self._cond:
             chosen = [
                 p
                 for p in self._items
-                if p.kind == kind and (max_round is None or p.round <= max_round)
+                if p.channel == channel and (max_round is None or p.round <= max_round)
             ]
             taken = {id(p) for p in chosen}
             self._items = [p for p in self._items if id(p) not in taken]
@@ -50,10 +50,10 @@ class Inbox:
                 newest[p.sender] = p
         return sorted(newest.values(), key=lambda p: p.sender)
 
-    def newest(self, kind: str, sender: int) -> int:
-        """The highest round ever received on ``kind`` from ``sender`` (-1: none yet)."""
+    def newest(self, channel: str, sender: int) -> int:
+        """The highest round ever received on ``channel`` from ``sender`` (-1: none yet)."""
         with self._cond:
-            return self._newest.get((kind, sender), -1)
+            return self._newest.get((channel, sender), -1)
 
     def pop(self, match: Callable[[Payload], bool]) -> list[Payload]:
         """Remove and return every payload ``match`` accepts, in arrival order."""
@@ -62,9 +62,10 @@ class Inbox:
             self._items = [p for p in self._items if not match(p)]
         return chosen
 
-    def count(self, kind: str) -> int:
+    def peek(self, match: Callable[[Payload], bool]) -> list[Payload]:
+        """Every waiting payload ``match`` accepts, left in place."""
         with self._cond:
-            return sum(1 for p in self._items if p.kind == kind)
+            return [p for p in self._items if match(p)]
 
     def wait(self, ready: Callable[[], bool], timeout: float, tick: Callable[[], None]) -> bool:
         """Block until ``ready()`` or ``timeout`` seconds; ``tick`` runs between short waits."""
@@ -78,6 +79,13 @@ class Inbox:
                 if remaining <= 0:
                     return False
                 self._cond.wait(min(0.05, remaining))
+
+    def forget_before(self, round_: int) -> None:
+        """Drop what is older than ``round_``, so a long run's memory stays flat; a late
+        duplicate of such a round is then superseded by newer payloads at ``take``."""
+        with self._cond:
+            self._seen = {k for k in self._seen if k[1] >= round_}
+            self._items = [p for p in self._items if p.round >= round_]
 
     def __len__(self) -> int:
         with self._cond:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 class MemberState(enum.Enum):
@@ -115,6 +116,20 @@ class MembershipTable:
             members=tuple(live),
             first_rounds=tuple(self.members[c].first_round for c in live),
         )
+
+    def to_record(self) -> dict[str, Any]:
+        """The table as plain data (for the coordinator's JSON checkpoint)."""
+        members = [{**asdict(m), "state": m.state.value} for m in self.members.values()]
+        return {"epoch": self.epoch, "order": list(self.order), "members": members}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> MembershipTable:
+        table = cls()
+        table.epoch, table.order = int(record["epoch"]), [int(c) for c in record["order"]]
+        for fields in record["members"]:
+            member = Member(**{**fields, "state": MemberState(fields["state"])})
+            table.members[member.client_id] = member
+        return table
 
     def seen(self, client_id: int, round_: int | None = None) -> None:
         member = self.members[client_id]

@@ -2,52 +2,64 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import ray
-from ray.exceptions import RayActorError
-
 from ring_actors.protocol import Payload
+from ring_actors.transport import ClientHandle, PeerGone, Pending
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
 class InFlight:
     target: int
     payload: Payload
-    ref: ray.ObjectRef
+    answer: Pending[bool]
     sent_at: float
     reported: bool = False
+    gone_at: float | None = None  # when the target was found dead (it may be restarted)
 
 
 class Outbox:
     """Every send of every exchange goes through here, so all are acknowledged alike.
 
-    A send that fails or stays unanswered past the hop timeout is reported once (the
-    coordinator then probes the target and bypasses it if it is gone); until a new view
-    re-routes it, the payload stays here, so a failure never loses it.
+    A send whose target is gone or stays unanswered past the hop timeout is reported once
+    (the coordinator then probes the target and bypasses it if it is gone); until a new
+    view re-routes it, the payload stays here, so a failure never loses it. A send to a
+    dead target is tried again now and then: a restarted member gets it once it is back. A receiver that
+    raised on a payload is told apart from a dead one: the payload is dropped and reported,
+    and the delivery thread goes on.
     """
 
-    def __init__(self, hop_timeout_s: float, report_unreachable: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        hop_timeout_s: float,
+        report_unreachable: Callable[[int], None],
+        report_failure: Callable[[int, str], None],
+    ) -> None:
         self.hop_timeout_s = hop_timeout_s
+        self.retry_s = min(1.0, hop_timeout_s / 4)
         self.report_unreachable = report_unreachable
+        self.report_failure = report_failure
         self.lock = threading.Lock()
-        self.handles: dict[int, ray.actor.ActorHandle] = {}
+        self.handles: dict[int, ClientHandle] = {}
         self.in_flight: list[InFlight] = []
         self.hops = 0  # acknowledged deliveries
         self.bytes_acked = 0
         self.bytes_dispatched = 0  # every byte put on the wire, re-sends included
 
-    def set_handles(self, handles: dict[int, ray.actor.ActorHandle]) -> None:
+    def set_handles(self, handles: Mapping[int, ClientHandle]) -> None:
         with self.lock:
             self.handles.update(handles)
 
     def send(self, target: int, payload: Payload) -> None:
         with self.lock:
-            ref = self.handles[target].receive.remote(payload)
-            self.in_flight.append(InFlight(target, payload, ref, time.monotonic()))
+            answer = self.handles[target].receive(payload)
+            self.in_flight.append(InFlight(target, payload, answer, time.monotonic()))
             self.bytes_dispatched += payload.nbytes
 
     def count_served(self, payload: Payload) -> None:
@@ -58,36 +70,54 @@ class Outbox:
             self.bytes_dispatched += payload.nbytes
 
     def reroute(self, members: set[int]) -> list[InFlight]:
-        """Remove and return the sends whose target is no longer a member."""
+        """Remove and return the sends a new view must route again: those to a target that
+        is no longer a member, and those that failed (a member that was restarted gets
+        them again; a duplicate of one that did arrive is dropped by its inbox)."""
         with self.lock:
-            gone = [f for f in self.in_flight if f.target not in members]
-            self.in_flight = [f for f in self.in_flight if f.target in members]
-        return gone
+            again = [f for f in self.in_flight if f.target not in members or f.reported]
+            self.in_flight = [f for f in self.in_flight if f not in again]
+        return again
 
     def poll(self) -> None:
         """Settle acknowledged sends; report dead or silent targets."""
         with self.lock:
             flights = list(self.in_flight)
-        if not flights:
-            return
-        ready, _ = ray.wait([f.ref for f in flights], num_returns=len(flights), timeout=0)
-        ready_ids = {r.hex() for r in ready}
         now = time.monotonic()
         for flight in flights:
-            if flight.ref.hex() in ready_ids:
-                try:
-                    accepted = ray.get(flight.ref)
-                except RayActorError:
+            if flight.gone_at is not None:
+                if now - flight.gone_at > self.retry_s:
+                    self._resend(flight, now)
+                continue
+            if not flight.answer.done():
+                if now - flight.sent_at > self.hop_timeout_s:
                     self._suspect(flight)
-                    continue
-                with self.lock:
-                    if flight in self.in_flight:
-                        self.in_flight.remove(flight)
-                    if accepted:
-                        self.hops += 1
-                        self.bytes_acked += flight.payload.nbytes
-            elif now - flight.sent_at > self.hop_timeout_s:
+                continue
+            try:
+                accepted = flight.answer.result(0)
+            except PeerGone:
+                flight.gone_at = now
                 self._suspect(flight)
+                continue
+            except TimeoutError:  # transiently unavailable: the hop timeout decides
+                continue
+            except Exception as err:  # noqa: BLE001 - the receiver raised: drop, report
+                log.warning("client %d failed on a payload: %r", flight.target, err)
+                self.report_failure(flight.target, repr(err))
+                accepted = False
+            with self.lock:
+                if flight in self.in_flight:
+                    self.in_flight.remove(flight)
+                if accepted:
+                    self.hops += 1
+                    self.bytes_acked += flight.payload.nbytes
+
+    def _resend(self, flight: InFlight, now: float) -> None:
+        with self.lock:
+            if flight not in self.in_flight:
+                return
+            flight.answer = self.handles[flight.target].receive(flight.payload)
+            flight.sent_at, flight.gone_at = now, None
+            self.bytes_dispatched += flight.payload.nbytes
 
     def _suspect(self, flight: InFlight) -> None:
         if not flight.reported:
@@ -105,3 +135,12 @@ class Outbox:
             time.sleep(0.02)
         with self.lock:
             return len({id(f.payload) for f in self.in_flight})
+
+    def unacknowledged(self) -> list[str]:
+        """What is still in flight, one line each, for the event that reports a loss."""
+        with self.lock:
+            return [
+                f"{f.payload.channel.value} round {f.payload.round} to {f.target}"
+                f"{' (target gone)' if f.gone_at is not None else ''}"
+                for f in self.in_flight
+            ]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import enum
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -12,15 +12,59 @@ class PayloadError(ValueError):
     """A received payload is malformed or carries non-finite values."""
 
 
+class Channel(str, enum.Enum):
+    """The exchange a payload belongs to; every one travels the same acknowledged path."""
+
+    SHARE = "share"  # shared state (or an offer) pushed to out-neighbours after a round
+    PULLED = "pulled"  # the part of a published state a peer asked for
+    INIT = "init"  # a predecessor's hand-off to a client that joins the ring
+    LAP = "lap"  # a ring-lap token collecting contributions
+    LAP_RESULT = "lap_result"  # a finished lap's total, handed round the ring
+
+
+LAP_CHANNELS = (Channel.LAP, Channel.LAP_RESULT)
+
+# Tensor types a method may share: real numbers and counters. Anything else (complex,
+# quantised, sparse, meta) is refused before it reaches a method.
+SHAREABLE_DTYPES = frozenset(
+    {
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    }
+)
+
+
+@dataclass(frozen=True)
+class LapHeader:
+    """Where a lap token has been: its lap, the attempt's leader, who added, who forwarded.
+
+    ``epoch`` is the membership epoch the attempt was started in; a token of an epoch that
+    no longer exists is dropped instead of circulating.
+    """
+
+    name: str
+    leader: int
+    attempt: int
+    epoch: int
+    visited: tuple[int, ...] = ()
+    contributors: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True, eq=False)
 class Payload:
     """The shared part of a client's state, addressed by round and membership epoch.
 
-    ``(sender, round, seq)`` identifies a delivery so duplicates from re-sends are dropped;
-    ``epoch`` lets a receiver ignore messages from a membership that no longer exists.
-    ``kind`` names the exchange channel (pushed state, offers, ring-lap tokens, a joiner's
-    hand-off), so every exchange pattern uses the same transport; ``meta`` carries what a
-    channel needs besides tensors (a lap's name, who has added to a token).
+    ``(sender, round, seq, channel, lap)`` identifies a delivery so duplicates from re-sends
+    are dropped; ``epoch`` lets a receiver ignore messages from a membership that no longer
+    exists; ``lap`` is the header of a ring-lap token (None on every other channel).
     """
 
     sender: int
@@ -29,63 +73,74 @@ class Payload:
     seq: int
     tensors: dict[str, torch.Tensor]
     num_samples: int = 0
-    kind: str = "share"
-    meta: dict[str, Any] = field(default_factory=dict)
+    channel: Channel = Channel.SHARE
+    lap: LapHeader | None = None
 
     @property
-    def key(self) -> tuple[int, int, int, str]:
-        return (self.sender, self.round, self.seq, self.kind)
+    def key(self) -> tuple[int, int, int, str, str]:
+        return (self.sender, self.round, self.seq, self.channel, self.lap.name if self.lap else "")
 
     @property
     def nbytes(self) -> int:
         """Bytes of tensor data carried: the communication cost of this hop."""
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
-    def validate(self, expected: dict[str, tuple[int, ...]] | None = None) -> None:
+    def validate(
+        self, expected: dict[str, tuple[int, ...]] | None = None, max_bytes: int | None = None
+    ) -> None:
         """Raise :class:`PayloadError` unless every field is well-formed and every value finite.
 
         ``expected`` maps tensor names to shapes: what the receiver's method can merge. Without
         it (channels whose keys vary, such as lap tokens) only the values are checked.
+        ``max_bytes`` refuses an oversized payload before any of its values is looked at.
         """
+        who = f"payload from {self.sender!r}"
+        for name in ("sender", "round", "epoch", "seq", "num_samples"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise PayloadError(f"{who}: {name} must be an integer, got {value!r}")
+        if self.round < 0 or self.num_samples < 0:
+            raise PayloadError(f"{who}: negative round or sample count")
+        if not isinstance(self.channel, Channel):
+            raise PayloadError(f"{who}: unknown channel {self.channel!r}")
+        if (self.channel in LAP_CHANNELS) != isinstance(self.lap, LapHeader):
+            raise PayloadError(f"{who}: a lap header belongs on lap channels only")
         if not isinstance(self.tensors, dict):
-            raise PayloadError(f"payload from {self.sender}: tensors must be a dict")
+            raise PayloadError(f"{who}: tensors must be a dict")
+        for name, tensor in self.tensors.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise PayloadError(f"{who}: {name!r} is not a tensor")
+            if tensor.dtype not in SHAREABLE_DTYPES or tensor.layout != torch.strided:
+                raise PayloadError(f"{who}: {name!r} has unsupported type {tensor.dtype}")
+        if max_bytes is not None and self.nbytes > max_bytes:
+            raise PayloadError(f"{who}: {self.nbytes} bytes exceed the limit of {max_bytes}")
         if expected is not None and not self.tensors:
-            raise PayloadError(f"payload from {self.sender}: tensors must be a non-empty dict")
+            raise PayloadError(f"{who}: tensors must be a non-empty dict")
         if expected is not None:
-            shapes = {
-                k: tuple(v.shape) for k, v in self.tensors.items() if isinstance(v, torch.Tensor)
-            }
+            shapes = {k: tuple(v.shape) for k, v in self.tensors.items()}
             if shapes != expected:
                 wrong = sorted(set(shapes) ^ set(expected)) or sorted(
                     k for k in shapes if shapes[k] != expected[k]
                 )
                 raise PayloadError(
-                    f"payload from {self.sender}: tensors do not match this method's shared "
-                    f"state (first differences: {wrong[:3]})"
+                    f"{who}: tensors do not match this method's shared state "
+                    f"(first differences: {wrong[:3]})"
                 )
         for name, tensor in self.tensors.items():
-            if not isinstance(tensor, torch.Tensor):
-                raise PayloadError(f"payload from {self.sender}: {name!r} is not a tensor")
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise PayloadError(f"payload from {self.sender}: {name!r} has non-finite values")
-        if self.round < 0 or self.num_samples < 0:
-            raise PayloadError(f"payload from {self.sender}: negative round or sample count")
+                raise PayloadError(f"{who}: {name!r} has non-finite values")
 
     def to(self, device: torch.device) -> Payload:
         """The same payload with its tensors on ``device``."""
         moved = {k: v.to(device, non_blocking=True) for k, v in self.tensors.items()}
-        return Payload(
-            self.sender,
-            self.round,
-            self.epoch,
-            self.seq,
-            moved,
-            self.num_samples,
-            self.kind,
-            dict(self.meta),
-        )
+        return replace(self, tensors=moved)
 
 
 def detach_to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Detached CPU copies, safe to ship through Ray while training continues."""
     return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
+
+
+def all_finite(tensors: dict[str, torch.Tensor]) -> bool:
+    """True when no floating-point value is NaN or infinite."""
+    return all(not t.is_floating_point() or bool(torch.isfinite(t).all()) for t in tensors.values())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -16,14 +16,12 @@ import torch
 from ring_actors.inbox import Inbox
 from ring_actors.laps import accumulate
 from ring_actors.membership import View
-from ring_actors.protocol import Payload
-
-SUM = "lap"  # a token collecting contributions
-RESULT = "lap_result"  # the finished total, handed round the ring
+from ring_actors.protocol import LAP_CHANNELS, Channel, LapHeader, Payload
+from ring_actors.timeouts import Timeouts
 
 
 def is_lap(payload: Payload) -> bool:
-    return payload.kind.split("/")[0] in (SUM, RESULT)
+    return payload.channel in LAP_CHANNELS
 
 
 def lap_leader(view: View, round_: int) -> int | None:
@@ -59,9 +57,9 @@ class LapHost(Protocol):
 class RingLaps:
     """One client's side of every lap: add and forward, lead and restart, keep results."""
 
-    def __init__(self, host: LapHost, timeout_s: float) -> None:
+    def __init__(self, host: LapHost, timeouts: Timeouts) -> None:
         self.host = host
-        self.timeout_s = timeout_s
+        self.timeouts = timeouts
         self.results: dict[tuple[str, int], LapResult] = {}
         self.lock = threading.Lock()
 
@@ -76,24 +74,39 @@ class RingLaps:
 
         Results are stored and passed on; a token for a lap finished here is answered with
         the result (a restarted lap then ends at once); a token for a round this client does
-        not train (a joiner's earlier rounds) is passed on untouched.
+        not train (a joiner's earlier rounds) is passed on untouched; a token of an attempt
+        started in an older membership epoch is dropped (that epoch's leader restarts it).
         """
-        stage, name = token.kind.split("/", 1)
-        key = (name, token.round)
-        if stage == RESULT:
+        header, view = token.lap, self.host.current_view
+        assert header is not None  # validated on receipt
+        key = (header.name, token.round)
+        if token.channel == Channel.LAP_RESULT:
+            if not self._from_leader(header, view, token.round):
+                self.host.event("lap_result_refused", token.round, f"leader {header.leader}")
+                return True
             with self.lock:
-                self.results.setdefault(key, LapResult(token.tensors, tuple(token.meta["contrib"])))
-            self._forward(token, token.tensors, token.meta["contrib"], stage=RESULT)
+                self.results.setdefault(key, LapResult(token.tensors, header.contributors))
+            self._forward(token, token.tensors, header.contributors)
             return True
-        done = self.result(name, token.round)
+        done = self.result(header.name, token.round)
         if done is not None:
-            if token.meta["leader"] != self.host.id:
-                self._start_result(name, token.round, done, leader=token.meta["leader"])
+            if header.leader != self.host.id:
+                self._start_result(header.name, token.round, done, leader=header.leader)
+            return True
+        if header.epoch < view.epoch:
+            self.host.event("lap_token_dropped", token.round, f"epoch {header.epoch}")
             return True
         if not runs_round:
-            self._forward(token, token.tensors, token.meta["contrib"], stage=SUM)
+            self._forward(token, token.tensors, header.contributors)
             return True
         return False
+
+    @staticmethod
+    def _from_leader(header: LapHeader, view: View, round_: int) -> bool:
+        """A result is taken only from its round's leader (in its epoch's view, if ours)."""
+        if header.epoch == view.epoch:
+            return header.leader == lap_leader(view, round_)
+        return header.leader in view.members or header.epoch < view.epoch
 
     # ---- training thread ----------------------------------------------------------------
 
@@ -103,9 +116,9 @@ class RingLaps:
         """Take part in lap ``name`` of ``round_``; None only if it could not finish."""
         host, key = self.host, (name, round_)
         started = time.monotonic()
-        deadline = started + 6 * self.timeout_s
+        deadline = started + self.timeouts.lap_give_up_s
         mine: set[int] = set()  # attempts this client started as leader
-        attempt_at, attempt_members = 0.0, frozenset[int]()
+        attempt_at, attempt_epoch = 0.0, -1
         last_progress = started
         while True:
             done = self.result(name, round_)
@@ -113,36 +126,45 @@ class RingLaps:
                 return done
             view, now = host.current_view, time.monotonic()
             if lap_leader(view, round_) == host.id:
-                lost = bool(attempt_members - set(view.members))
-                if not mine or lost or now - attempt_at > 2 * self.timeout_s:
+                stale = attempt_epoch != view.epoch  # one attempt per membership epoch
+                if not mine or stale or now - attempt_at > self.timeouts.lap_retry_s:
                     if view.successor(host.id) is None:  # alone: the total is ours
-                        return self._finish(name, round_, contribution, [host.id], leader=True)
+                        return self._finish(name, round_, contribution, (host.id,))
                     attempt = max(mine, default=-1) + 1
                     if attempt > 0:
                         host.event("lap_restarted", round_, f"lap {name!r}, attempt {attempt}")
                     mine.add(attempt)
-                    attempt_at, attempt_members = now, frozenset(view.members)
+                    attempt_at, attempt_epoch = now, view.epoch
                     token: dict[str, torch.Tensor] = {}
                     accumulate(token, contribution)
-                    contrib = [host.id] if contribution else []
-                    self._send_on(name, round_, SUM, token, contrib, [host.id], host.id, attempt)
-            for token in host.inbox.pop(lambda p: p.kind == f"{SUM}/{name}" and p.round == round_):
-                meta = token.meta
-                if meta["leader"] == host.id:
-                    if meta["attempt"] in mine:
-                        return self._finish(name, round_, token.tensors, meta["contrib"], True)
+                    header = LapHeader(
+                        name,
+                        leader=host.id,
+                        attempt=attempt,
+                        epoch=view.epoch,
+                        visited=(host.id,),
+                        contributors=(host.id,) if contribution else (),
+                    )
+                    self._send_on(Channel.LAP, round_, header, token)
+            for token in host.inbox.pop(lambda p: _token_of(p, name, round_)):
+                header = token.lap
+                if header.leader == host.id:
+                    if header.attempt in mine and header.epoch == view.epoch:
+                        return self._finish(name, round_, token.tensors, header.contributors)
                     continue
-                if meta["leader"] not in view.members or host.id in meta["visited"]:
-                    continue  # a dead leader's or a looping token: the live leader restarts
+                dead_epoch = header.epoch < view.epoch
+                if dead_epoch or header.leader not in view.members or host.id in header.visited:
+                    continue  # a dead epoch's or a looping token: the live leader restarts
                 total = dict(token.tensors)
-                contrib = list(meta["contrib"])
+                contrib = header.contributors
                 if contribution:
                     accumulate(total, contribution)
-                    contrib.append(host.id)
-                self._forward(token, total, contrib, stage=SUM)
+                    contrib = (*contrib, host.id)
+                self._forward(token, total, contrib)
                 last_progress = time.monotonic()
             leader = lap_leader(view, round_)
-            if leader not in (None, host.id) and time.monotonic() - last_progress > self.timeout_s:
+            waited = time.monotonic() - last_progress
+            if leader not in (None, host.id) and waited > self.timeouts.hop_s:
                 last_progress = time.monotonic()
                 fetched = host.fetch_lap_result(leader, name, round_)
                 if fetched is not None:
@@ -157,7 +179,8 @@ class RingLaps:
                 return None
             host.inbox.wait(
                 lambda: (
-                    self.result(name, round_) is not None or host.inbox.count(f"{SUM}/{name}") > 0
+                    self.result(name, round_) is not None
+                    or bool(host.inbox.peek(lambda p: _token_of(p, name, round_)))
                 ),
                 0.25,
                 host.tick,
@@ -172,43 +195,34 @@ class RingLaps:
     # ---- sending ------------------------------------------------------------------------
 
     def _finish(
-        self, name: str, round_: int, total: dict, contrib: list[int], leader: bool
+        self, name: str, round_: int, total: dict, contributors: tuple[int, ...]
     ) -> LapResult:
-        result = LapResult(dict(total), tuple(contrib))
+        """The leader's token came back: keep the total and hand it round the ring."""
+        result = LapResult(dict(total), tuple(contributors))
         with self.lock:
             self.results.setdefault((name, round_), result)
-        if leader:
-            self._start_result(name, round_, result, leader=self.host.id)
+        self._start_result(name, round_, result, leader=self.host.id)
         return result
 
     def _start_result(self, name: str, round_: int, result: LapResult, leader: int) -> None:
-        self._send_on(
-            name, round_, RESULT, result.total, list(result.contributors), [self.host.id], leader
+        epoch = self.host.current_view.epoch
+        header = LapHeader(
+            name, leader, 0, epoch, visited=(self.host.id,), contributors=result.contributors
         )
+        self._send_on(Channel.LAP_RESULT, round_, header, result.total)
 
-    def _forward(self, token: Payload, total: dict, contrib: list[int], stage: str) -> None:
-        """Pass a token on to the successor unless the lap closes there."""
-        meta = token.meta
-        visited = [*meta["visited"], self.host.id]
-        name = token.kind.split("/", 1)[1]
-        self._send_on(
-            name, token.round, stage, total, contrib, visited, meta["leader"], meta["attempt"]
+    def _forward(self, token: Payload, total: dict, contributors: tuple[int, ...]) -> None:
+        """Pass a token on to the successor, recording this client as visited."""
+        header = replace(
+            token.lap, visited=(*token.lap.visited, self.host.id), contributors=contributors
         )
+        self._send_on(token.channel, token.round, header, total)
 
-    def _send_on(
-        self,
-        name: str,
-        round_: int,
-        stage: str,
-        total: dict,
-        contrib: list[int],
-        visited: list[int],
-        leader: int,
-        attempt: int = 0,
-    ) -> None:
+    def _send_on(self, channel: Channel, round_: int, header: LapHeader, total: dict) -> None:
+        """Send to the successor unless the lap closes there (a result that went round)."""
         view = self.host.current_view
         successor = view.successor(self.host.id)
-        closes = stage == RESULT and successor in visited
+        closes = channel == Channel.LAP_RESULT and successor in header.visited
         if successor is None or closes:
             return
         self.host.send(
@@ -217,9 +231,19 @@ class RingLaps:
                 sender=self.host.id,
                 round=round_,
                 epoch=view.epoch,
-                seq=attempt,
+                seq=header.attempt,
                 tensors=total,
-                kind=f"{stage}/{name}",
-                meta={"leader": leader, "attempt": attempt, "visited": visited, "contrib": contrib},
+                channel=channel,
+                lap=header,
             ),
         )
+
+
+def _token_of(payload: Payload, name: str, round_: int) -> bool:
+    """A collecting token of lap ``name`` in ``round_``."""
+    return (
+        payload.channel == Channel.LAP
+        and payload.lap is not None
+        and payload.lap.name == name
+        and payload.round == round_
+    )

@@ -21,9 +21,9 @@ def _lap_view(client, name: str, round_: int):
     """A client's stored lap result and its model, read inside the actor."""
 
     def read(actor, name, round_):
-        result = actor.laps.result(name, round_)
-        state = {k: v.detach().cpu() for k, v in actor.algorithm.model.state_dict().items()}
-        return result, state, len(actor.train)
+        result = actor.core.laps.result(name, round_)
+        state = {k: v.detach().cpu() for k, v in actor.core.algorithm.model.state_dict().items()}
+        return result, state, len(actor.core.data.train)
 
     return client.__ray_call__.remote(read, name, round_)
 

@@ -57,6 +57,7 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
     assert summary["events"] == {
         "crashes": 0,
         "hangs": 0,
+        "errors": 0,
         "bypasses": 0,
         "joins": 0,
         "rejoins": 0,

@@ -8,11 +8,13 @@ import time
 import torch
 
 from ring_actors.inbox import Inbox
-from ring_actors.protocol import Payload
+from ring_actors.protocol import Channel, LapHeader, Payload
 
 
 def msg(sender: int, round_: int, seq: int = 0, kind: str = "share", value: float = 0.0):
-    return Payload(sender, round_, 0, seq, {"w": torch.tensor([value])}, kind=kind)
+    lap = LapHeader("a", leader=0, attempt=seq, epoch=0) if kind == "lap" else None
+    tensors = {"w": torch.tensor([value])}
+    return Payload(sender, round_, 0, seq, tensors, channel=Channel(kind), lap=lap)
 
 
 def test_duplicate_delivery_is_dropped():
@@ -58,7 +60,7 @@ def test_take_respects_max_round_and_leaves_later_rounds_queued():
     taken = inbox.take("share", max_round=1)
     assert [(p.sender, p.round) for p in taken] == [(1, 1)]
     assert len(inbox) == 2
-    assert inbox.count("share") == 2
+    assert len(inbox.peek(lambda p: p.channel == Channel.SHARE)) == 2
     later = inbox.take("share", max_round=5)
     assert [(p.sender, p.round) for p in later] == [(1, 2), (2, 3)]
     assert len(inbox) == 0
@@ -69,9 +71,10 @@ def test_take_separates_kinds():
     inbox.put(msg(1, 0, kind="share", value=1.0))
     inbox.put(msg(1, 0, kind="init", value=2.0))
     inbox.put(msg(2, 0, kind="init", value=3.0))
-    assert inbox.count("init") == 2 and inbox.count("share") == 1
+    assert len(inbox.peek(lambda p: p.channel == Channel.INIT)) == 2
+    assert len(inbox.peek(lambda p: p.channel == Channel.SHARE)) == 1
     shares = inbox.take("share")
-    assert [(p.sender, p.kind, p.tensors["w"].item()) for p in shares] == [(1, "share", 1.0)]
+    assert [(p.sender, p.channel, p.tensors["w"].item()) for p in shares] == [(1, "share", 1.0)]
     assert len(inbox) == 2
     inits = inbox.take("init")
     assert [p.tensors["w"].item() for p in inits] == [2.0, 3.0]
@@ -93,10 +96,10 @@ def test_newest_tracks_the_highest_round_per_sender_and_kind():
 def test_pop_removes_exactly_the_matching_payloads():
     inbox = Inbox()
     for sender in range(4):
-        inbox.put(msg(sender, 0, kind="lap/a" if sender % 2 else "share"))
-    popped = inbox.pop(lambda p: p.kind == "lap/a")
+        inbox.put(msg(sender, 0, kind="lap" if sender % 2 else "share"))
+    popped = inbox.pop(lambda p: p.channel == Channel.LAP)
     assert [p.sender for p in popped] == [1, 3]
-    assert len(inbox) == 2 and inbox.count("lap/a") == 0
+    assert len(inbox) == 2 and not inbox.peek(lambda p: p.channel == Channel.LAP)
 
 
 def test_wait_returns_true_when_a_payload_arrives_from_another_thread():

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ring_actors.protocol import Payload, PayloadError, detach_to_cpu
+from ring_actors.protocol import Channel, LapHeader, Payload, PayloadError, detach_to_cpu
 
 
 def make(tensors=None, **fields) -> Payload:
@@ -28,8 +28,10 @@ def test_nbytes_sums_numel_times_element_size():
 
 
 def test_key_identifies_a_delivery():
-    assert make().key == (1, 2, 4, "share")
-    assert make(kind="init").key == (1, 2, 4, "init")
+    assert make().key == (1, 2, 4, "share", "")
+    assert make(channel=Channel.INIT).key == (1, 2, 4, "init", "")
+    lap = LapHeader("avg", leader=0, attempt=4, epoch=3)
+    assert make(channel=Channel.LAP, lap=lap).key == (1, 2, 4, "lap", "avg")
 
 
 def test_validate_accepts_a_good_payload():
@@ -68,12 +70,12 @@ def test_validate_rejects_negative_round_and_sample_count():
 
 
 def test_to_device_keeps_every_field():
-    source = make(kind="init", meta={"loss": 0.5})
+    lap = LapHeader("avg", leader=0, attempt=1, epoch=3, visited=(0, 1), contributors=(0,))
+    source = make(channel=Channel.LAP, lap=lap)
     moved = source.to(torch.device("cpu"))
     assert moved is not source
-    for name in ("sender", "round", "epoch", "seq", "num_samples", "kind", "meta"):
+    for name in ("sender", "round", "epoch", "seq", "num_samples", "channel", "lap"):
         assert getattr(moved, name) == getattr(source, name), name
-    assert moved.meta is not source.meta
     assert set(moved.tensors) == set(source.tensors)
     for name, tensor in source.tensors.items():
         assert moved.tensors[name].device.type == "cpu"

@@ -26,7 +26,7 @@ from ring_actors.algorithms.gene_fl_ops import (
     top_layers,
 )
 from ring_actors.data.images import LabelledImages
-from ring_actors.protocol import Payload
+from ring_actors.protocol import Channel, Payload
 from tests.algorithms.synthetic import run_laps, separable
 
 CPU = torch.device("cpu")
@@ -316,7 +316,7 @@ def test_joiner_picks_the_nearest_cluster_and_inherits_its_learngene():
     algos = clustered_ring()
     handed = algos[0].hand_off_state()  # a predecessor in the other cluster
     joiner = make(seed=9, clusters=2)
-    joiner.init_from(Payload(0, 0, 0, -1, handed, kind="init"))
+    joiner.init_from(Payload(0, 0, 0, -1, handed, channel=Channel.INIT))
     assert joiner.round == 1 and joiner.pending
     target = algos[2].cluster
     gene = algos[0].genes[target]

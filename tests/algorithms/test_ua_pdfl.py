@@ -36,7 +36,7 @@ def make(seed: int = 1, epochs: int = 1, **options) -> UAPDFL:
 
 
 def offer_from(sender: int, unit: torch.Tensor, feature: torch.Tensor, n: int = 10) -> Payload:
-    return Payload(sender, 0, 0, 0, {UNIT: unit, UNIT_FEATURE: feature}, n, kind="offer")
+    return Payload(sender, 0, 0, 0, {UNIT: unit, UNIT_FEATURE: feature}, n)
 
 
 def peaked(algo: UAPDFL) -> torch.Tensor:
@@ -289,7 +289,7 @@ def test_learning_rate_decays_per_round_and_round_state_is_cleared():
 def exchange(algos: list[UAPDFL], round_: int) -> None:
     """Offers pushed to every other client, pulls served from the round's snapshot, merged."""
     offers = [
-        Payload(j, round_, 0, 0, detach_to_cpu(a.offer()), a.num_samples, kind="offer")
+        Payload(j, round_, 0, 0, detach_to_cpu(a.offer()), a.num_samples)
         for j, a in enumerate(algos)
     ]
     snapshot = [detach_to_cpu(a.shared_state()) for a in algos]

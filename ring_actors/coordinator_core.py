@@ -1,0 +1,621 @@
+"""The coordinator's control logic with no Ray in it: membership, probes, bypass, heal,
+admission, the error policy, the watchdog and results.
+
+Clients are :class:`~ring_actors.transport.ClientHandle` s whose calls return pending
+answers, so every reconcile step is testable in-process; the Ray actor (``coordinator.py``)
+only builds handles and runs ``reconcile`` on a thread. Every RPC records facts and returns;
+a change the coordinator acts on (a bypass, an admission) is checkpointed before it is
+broadcast, so a restarted coordinator never forgets a member or re-issues an epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import statistics
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ring_actors.checkpoint import CoordinatorRecord, read_record, write_record
+from ring_actors.client_core import JournalEntry
+from ring_actors.config import Config
+from ring_actors.membership import MembershipTable, MemberState
+from ring_actors.timeouts import Timeouts
+from ring_actors.tracking import Tracker, flatten, write_outputs
+from ring_actors.transport import ClientHandle, PeerGone, Pending
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "coordinator.json"  # in the output dir: what a restarted coordinator resumes from
+MAX_EVENTS = 100_000  # events kept for the summary; a long faulty run must not grow without end
+
+
+class CoordinatorCore:
+    """One writer of membership and results; ``reconcile`` is one non-blocking pass."""
+
+    def __init__(
+        self,
+        config: Config,
+        output_dir: Path,
+        tracker: Tracker,
+        find_client: Callable[[int], ClientHandle | None] = lambda client_id: None,
+    ) -> None:
+        self.config = config
+        self.timeouts = Timeouts.from_hop(config.schedule.hop_timeout_s)
+        self.output_dir = output_dir
+        self.checkpoint_path = output_dir / CHECKPOINT
+        self.tracker = tracker
+        self.find_client = find_client  # a restarted coordinator finds its clients again
+        self.table = MembershipTable()
+        self.handles: dict[int, ClientHandle] = {}
+        self.lock = threading.RLock()
+        self.started_at = time.monotonic()
+        self.rows: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.by_round: dict[int, dict[int, dict[str, float]]] = defaultdict(dict)
+        self.rounds_logged: set[int] = set()
+        self.done: dict[int, dict[str, int]] = {}
+        self.errors: list[dict[str, Any]] = []  # client failures, tracebacks included
+        self.stop_reason: str | None = None
+        self.probes: dict[int, tuple[Pending[int], float]] = {}
+        self.next_probe: dict[int, float] = {}
+        self.suspects: set[int] = set()
+        self.hung: set[int] = set()  # bypassed for silence, not death: may come back
+        self.last_report: dict[int, float] = {}  # when each member last finished a round
+        # Bypasses whose ring has not yet healed: (time of the bypass, the round every live
+        # member must finish, having started it after the bypass).
+        self.healing: list[tuple[float, int]] = []
+        self.broadcast_epoch = -1
+        self.saved_at = 0.0
+
+    # ---- membership RPCs ----------------------------------------------------------------
+
+    def register(self, client_id: int, handle: ClientHandle, node_id: str) -> None:
+        with self.lock:
+            self.handles[client_id] = handle
+            self.table.add(client_id, node_id)
+
+    def start_clients(self) -> None:
+        """Push every member its first view, then start all round loops."""
+        with self.lock:
+            self.started_at = time.monotonic()
+            for client_id in self.table.live:
+                self.table.mark(client_id, MemberState.RUNNING)
+                self.last_report[client_id] = time.monotonic()
+            self.checkpoint(force=True)
+            self._broadcast()
+            for client_id in self.table.live:
+                self.handles[client_id].start()
+
+    def admit(
+        self, client_id: int, handle: ClientHandle, node_id: str, first_round: int | None = None
+    ) -> int:
+        """Splice a new client in after a (seeded) random live member and start it there.
+
+        The newcomer's predecessor hands it its latest shared state for ``init_from``; the
+        newcomer first trains ``first_round``, or the earliest round the ring cannot have
+        begun. Returns the predecessor's id.
+        """
+        with self.lock:
+            if client_id in self.table.members:  # a retried admission changes nothing
+                return self._predecessor(client_id)
+            live = self.table.live
+            # The predecessor hands over its state: it must have trained (not another newcomer).
+            members = self.table.members
+            veterans = [c for c in live if members[c].rounds_trained > 0]
+            rng = random.Random(self.config.experiment.seed * 7919 + client_id)
+            after = rng.choice(veterans or live)
+            first_round = self._entry_round(first_round)
+            self.handles[client_id] = handle
+            self.table.add(client_id, node_id, after=after, first_round=first_round)
+            self.table.mark(client_id, MemberState.RUNNING)
+            self.last_report[client_id] = time.monotonic()
+            self._event("join", client_id, first_round, f"spliced in after {after}")
+            self.checkpoint(force=True)  # written before anyone acts on the new member
+            self._broadcast()
+            self.handles[after].hand_off(client_id, handle)
+            handle.start(first_round, True)
+            return after
+
+    def rejoin(
+        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
+    ) -> None:
+        """A crashed client that was restarted is spliced in again and started.
+
+        With a checkpoint it resumes its private state; without one it starts as a newcomer
+        from its predecessor's hand-off.
+        """
+        with self.lock:
+            if self.table.is_live(client_id):  # back before the probes noticed it was gone
+                self._mark_dead(client_id, "crash", "restarted")
+            self.probes.pop(client_id, None)  # a probe of the old process must not kill the new
+            self.suspects.discard(client_id)
+            live = self.table.live
+            if not live:
+                return
+            after = random.Random(self.table.epoch).choice(live)
+            first_round = self._entry_round()
+            self.handles[client_id] = handle
+            self.table.members[client_id].node_id = node_id
+            self.table.revive(client_id, after, first_round)
+            self.last_report[client_id] = time.monotonic()
+            how = (
+                "as a new client" if checkpoint_round is None else f"from round {checkpoint_round}"
+            )
+            self._event("rejoin", client_id, first_round, f"after {after}, {how}")
+            self.checkpoint(force=True)
+            self._broadcast()
+            if checkpoint_round is None:
+                self.handles[after].hand_off(client_id, handle)
+            handle.start(first_round, checkpoint_round is None)
+
+    def _predecessor(self, client_id: int) -> int:
+        order = self.table.order
+        return order[order.index(client_id) - 1]
+
+    def _entry_round(self, wanted: int | None = None) -> int:
+        """The first round a client spliced in now trains: ``wanted`` if the ring cannot
+        have begun it. A member that reported round n may be in round n + 1 with its lap
+        even finished, so a newcomer there would wait for a lap that never comes. Round
+        n + 2 is safe: its lap needs every member to finish n + 1 first, and the new view
+        reaches them long before.
+        """
+        return max(wanted or 0, self._newest_trained() + 2)
+
+    def _newest_trained(self) -> int:
+        """The furthest round any member has finished training; -1 before any has."""
+        members = self.table.members.values()
+        return max((m.last_round for m in members if m.rounds_trained > 0), default=-1)
+
+    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
+        with self.lock:
+            if client_id not in self.table.members:
+                return  # not a member of this run: nothing to record
+            if client_id in self.hung and not self.table.is_live(client_id):
+                self._rejoin(client_id)
+            self.table.seen(client_id, round_)
+            self.last_report[client_id] = time.monotonic()
+            if client_id in self.by_round[round_]:
+                return  # idempotent under retries
+            self.by_round[round_][client_id] = metrics
+            self.tracker.add_metrics(
+                {f"client_{client_id}/{k}": v for k, v in metrics.items()}, round_
+            )
+            if any(k.startswith("local_") for k in metrics):
+                now = self._now()
+                self.rows.append({"client": client_id, "round": round_, "time_s": now, **metrics})
+
+    def report_event(self, kind: str, client_id: int, round_: int, detail: str = "") -> None:
+        with self.lock:
+            self._event(kind, client_id, round_, detail)
+
+    def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
+        """A sender got no acknowledgement; the loop probes ``target`` before bypassing it."""
+        with self.lock:
+            if target not in self.table.members:
+                return
+            self._event(
+                "unreachable",
+                target,
+                self.table.members[target].last_round,
+                f"reported by {reporter} at epoch {epoch}",
+            )
+            self.suspects.add(target)
+
+    def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None:
+        with self.lock:
+            if client_id not in self.table.members:
+                return
+            self.done[client_id] = {"lost": lost, "hops": hops, "bytes_sent": bytes_sent}
+            self.table.mark(client_id, MemberState.DONE)
+
+    def report_failed(self, client_id: int, round_: int, error: str) -> None:
+        """A client's round raised: record it with its traceback and apply the policy.
+
+        ``drop`` bypasses the client as if it had crashed (its data leaves the run, the
+        ring heals); ``stop`` ends the run. With no live member left, the run stops too.
+        """
+        with self.lock:
+            if client_id not in self.table.members:
+                return
+            self.errors.append({"client": client_id, "round": round_, "error": error})
+            summary = error.strip().splitlines()[-1] if error.strip() else "error"
+            self._event("client_error", client_id, round_, summary)
+            if self.config.schedule.on_client_error == "stop":
+                self._stop(f"client {client_id} failed in round {round_}: {summary}")
+                return
+            self._mark_dead(client_id, "error", summary)
+            if not self.table.live:
+                self._stop(f"no client can go on: the last one failed ({summary})")
+
+    def progress(self) -> dict[str, Any]:
+        with self.lock:
+            live = self.table.live
+            members = self.table.members
+            rounds = [members[c].last_round + 1 for c in live]
+            trained = {c: m.rounds_trained for c, m in members.items()}
+            planned = sum(
+                self.config.experiment.rounds - members[c].first_round if c in live else done
+                for c, done in trained.items()
+            )
+            return {
+                "round": min(rounds, default=0),
+                "newest": self._newest_trained(),
+                "epoch": self.table.epoch,
+                "live": len(live),
+                "done": sum(1 for c in live if c in self.done),
+                # Rounds trained, departed members' included, and the rounds the run will
+                # have trained when the members live now finish: a joiner adds only its own.
+                "rounds_done": sum(trained.values()),
+                "rounds_planned": planned,
+                "finished": bool(live) and all(c in self.done for c in live),
+                "stopped": self.stop_reason,
+                "errors": list(self.errors),
+            }
+
+    def ring_order(self) -> list[int]:
+        with self.lock:
+            return self.table.live
+
+    # ---- reconcile ----------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """One pass of every step; nothing in it waits on a client or on MLflow."""
+        for step in (
+            self._settle_probes,
+            self._start_probes,
+            self._watch_rounds,
+            self._reconcile_views,
+            self._settle_heals,
+            self._log_round_means,
+            self.checkpoint,
+        ):
+            try:
+                with self.lock:
+                    step()
+            except Exception:  # one failing step must not stop the loop
+                log.exception("coordinator step %s failed", step.__name__)
+        try:
+            self.tracker.flush()  # outside the lock: failure detection never waits on it
+        except Exception:
+            log.exception("tracking flush failed")
+
+    def open_tracking(self) -> None:
+        """Create the MLflow run off the RPC path (a restarted coordinator reopens its own)."""
+        config = self.config
+        tags = {
+            "algorithm": config.algorithm.name,
+            "dataset": config.data.dataset,
+            "topology": config.topology.kind,
+            "mode": config.schedule.mode,
+            "output_dir": str(self.output_dir),
+        }
+        try:
+            self.tracker.open(flatten(config.to_dict()), tags)
+        except Exception:  # the loop must run; finalize retries and then reports the error
+            log.exception("could not open the MLflow run")
+
+    def _settle_probes(self) -> None:
+        """A probe that raised means crashed; one unanswered past the timeout, hung."""
+        now = time.monotonic()
+        for client_id, (answer, sent_at) in list(self.probes.items()):
+            if answer.done():
+                del self.probes[client_id]
+                try:
+                    self.table.seen(client_id, answer.result(0))
+                    self.suspects.discard(client_id)
+                except PeerGone as err:
+                    self._mark_dead(client_id, "crash", str(err))
+                except Exception:  # noqa: BLE001 - no answer yet after all: ask again
+                    pass
+            elif now - sent_at > self.timeouts.probe_s:
+                del self.probes[client_id]
+                self._mark_dead(client_id, "hang", "no heartbeat answer")
+                self.hung.add(client_id)
+
+    def _start_probes(self) -> None:
+        """At most one probe per member, on a jittered period; suspects at once."""
+        now = time.monotonic()
+        for client_id in self.table.live:
+            due = self.next_probe.get(client_id, 0.0) <= now or client_id in self.suspects
+            if client_id not in self.probes and due:
+                self.probes[client_id] = (self.handles[client_id].ping(), now)
+                period = self.config.schedule.heartbeat_s * random.uniform(0.9, 1.1)
+                self.next_probe[client_id] = now + period
+
+    def _watch_rounds(self) -> None:
+        """A running member that answers pings but finishes no round for the stall time is
+        hung all the same (a method stuck in a loop); with nobody left the run stops."""
+        if self.stop_reason is not None:
+            return
+        limit = self.config.schedule.stall_hops * self.timeouts.hop_s
+        now = time.monotonic()
+        running = [c for c in self.table.live if self.table.members[c].state == MemberState.RUNNING]
+        stalled = [c for c in running if now - self.last_report.get(c, now) > limit]
+        if stalled and len(stalled) == len(running):
+            self._stop(f"no member finished a round for {limit:g} s: {self._diagnosis()}")
+            return
+        for client_id in stalled:
+            self._mark_dead(client_id, "hang", f"no round finished in {limit:g} s")
+            self.hung.add(client_id)
+
+    def _diagnosis(self) -> str:
+        members = self.table.members
+        return "; ".join(
+            f"client {c} last finished round {members[c].last_round} "
+            f"({time.monotonic() - self.last_report.get(c, self.started_at):.0f} s ago)"
+            for c in self.table.live
+        )
+
+    def _reconcile_views(self) -> None:
+        """Broadcast new views only when the live set changed (after checkpointing it)."""
+        if self.table.epoch != self.broadcast_epoch:
+            self.checkpoint(force=True)
+            self._broadcast()
+
+    def _settle_heals(self) -> None:
+        """A bypass has healed once every live member finished a round it began after it;
+        the event records how long that took."""
+        live = self.table.live
+        if not live:
+            return
+        slowest = min(self.table.members[c].last_round for c in live)
+        now = self._now()
+        for bypassed_at, target in [h for h in self.healing if slowest >= h[1]]:
+            self.healing.remove((bypassed_at, target))
+            self._event(
+                "healed",
+                -1,
+                target,
+                "every live member passed the bypass",
+                latency_s=now - bypassed_at,
+            )
+
+    def _log_round_means(self) -> None:
+        """Client means of a round once every live member has reported it."""
+        live = set(self.table.live)
+        for round_ in sorted(self.by_round):
+            reports = self.by_round[round_]
+            if round_ in self.rounds_logged or not live <= set(reports):
+                continue
+            self.rounds_logged.add(round_)
+            self.tracker.add_metrics(_means(reports.values()), round_)
+
+    # ---- checkpoint ---------------------------------------------------------------------
+
+    def checkpoint(self, force: bool = False) -> None:
+        """Save what a restarted coordinator needs: at once before acting on a change,
+        else at most twice a second."""
+        if not force and time.monotonic() - self.saved_at < 0.5:
+            return
+        self.saved_at = time.monotonic()
+        write_record(
+            self.checkpoint_path,
+            CoordinatorRecord(
+                run_id=self.tracker.run_id,
+                table=self.table.to_record(),
+                elapsed_s=self._now(),
+                rows=self.rows,
+                events=self.events,
+                by_round={r: dict(reports) for r, reports in self.by_round.items()},
+                rounds_logged=sorted(self.rounds_logged),
+                done=self.done,
+                errors=self.errors,
+                hung=sorted(self.hung),
+                healing=self.healing,
+            ),
+        )
+
+    def restore(self) -> bool:
+        """Come back after a crash: membership and results from the checkpoint, what the
+        clients reported since from their journals; views go out again on the next pass.
+        False when there is no checkpoint (a new run)."""
+        saved = read_record(self.checkpoint_path)
+        if saved is None:
+            return False
+        with self.lock:
+            self.tracker.run_id = saved.run_id
+            self.table = MembershipTable.from_record(saved.table)
+            self.started_at = time.monotonic() - saved.elapsed_s
+            self.rows, self.events = saved.rows, saved.events
+            self.by_round.update(saved.by_round)
+            self.rounds_logged = set(saved.rounds_logged)
+            self.done, self.errors = saved.done, saved.errors
+            self.hung, self.healing = set(saved.hung), saved.healing
+            for client_id in self.table.live:
+                handle = self.find_client(client_id)
+                if handle is None:  # gone while we were down
+                    self._mark_dead(client_id, "crash", "gone while the coordinator was down")
+                else:
+                    self.handles[client_id] = handle
+                    self.last_report[client_id] = time.monotonic()
+            journals = {c: self.handles[c].journal() for c in self.table.live}
+        replayed = 0
+        for client_id, answer in journals.items():
+            try:
+                entries = answer.result(self.timeouts.journal_s)
+            except Exception:  # noqa: BLE001 - gone or silent: the probes will settle it
+                continue
+            for entry in entries:
+                replayed += self._replay(client_id, JournalEntry.from_dict(entry))
+        with self.lock:
+            self._event("coordinator_restored", -1, -1, f"replayed {replayed} client reports")
+        return True
+
+    def _replay(self, client_id: int, entry: JournalEntry) -> int:
+        """Apply one journal entry a client kept; 1 if it was news to us."""
+        if entry.kind == "round" and client_id not in self.by_round.get(entry.round, {}):
+            self.report_round(client_id, entry.round, entry.metrics)
+            return 1
+        if entry.kind == "done" and client_id not in self.done:
+            m = entry.metrics
+            self.report_done(client_id, int(m["lost"]), int(m["hops"]), int(m["bytes_sent"]))
+            return 1
+        return 0
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _broadcast(self) -> None:
+        """One view for everyone: neighbour sets are derived from it, per round, by each client."""
+        view = self.table.view()
+        handles = {c: self.handles[c] for c in view.members}
+        for client_id in view.members:
+            self.handles[client_id].set_view(view, handles)
+        self.broadcast_epoch = view.epoch
+
+    def _mark_dead(self, client_id: int, cause: str, detail: str) -> None:
+        """Bypass a member; its event's latency is the time since it was last heard from
+        (a bound on the detection latency: the fault came after its last sign of life)."""
+        member = self.table.members[client_id]
+        if self.table.mark(client_id, MemberState.DEAD):
+            self.suspects.discard(client_id)
+            silent = time.monotonic() - member.last_seen
+            self._event(cause, client_id, member.last_round, detail, latency_s=silent)
+            self._event("bypass", client_id, member.last_round, f"ring now {self.table.live}")
+            live = self.table.live
+            if live:
+                newest = max(self.table.members[c].last_round for c in live)
+                self.healing.append((self._now(), newest + 1))
+
+    def _rejoin(self, client_id: int) -> None:
+        """A member bypassed as hung is back, with its private state: splice it in again."""
+        after = random.Random(self.table.epoch).choice(self.table.live)
+        self.table.revive(client_id, after)
+        self.hung.discard(client_id)
+        self.probes.pop(client_id, None)
+        round_ = self.table.members[client_id].last_round
+        self._event("rejoin", client_id, round_, f"spliced in after {after}")
+
+    def _stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self._event("run_stopped", -1, -1, reason)
+
+    def _now(self) -> float:
+        """Seconds since the rounds began: the events' clock."""
+        return time.monotonic() - self.started_at
+
+    def _event(
+        self, kind: str, client_id: int, round_: int, detail: str, **measured: float
+    ) -> None:
+        if len(self.events) >= MAX_EVENTS:
+            return
+        self.events.append(
+            {
+                "time_s": self._now(),
+                "kind": kind,
+                "client": client_id,
+                "round": round_,
+                "epoch": self.table.epoch,
+                "detail": detail,
+                **measured,
+            }
+        )
+
+    # ---- results ------------------------------------------------------------------------
+
+    def finalize(self, wall_s: float) -> dict[str, Any]:
+        """Write the output files, log them to MLflow, close the run; return the summary."""
+        self.open_tracking()
+        with self.lock:
+            for round_, reports in sorted(self.by_round.items()):
+                if round_ not in self.rounds_logged:
+                    self.rounds_logged.add(round_)
+                    self.tracker.add_metrics(_means(reports.values()), round_)
+            summary = self.summary(wall_s)
+            self.tracker.add_metrics(
+                {
+                    "final_local_acc": summary["local_acc"]["mean"],
+                    "final_global_acc": summary["global_acc"]["mean"],
+                },
+                summary["rounds_completed"],
+            )
+            config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
+        write_outputs(self.output_dir, config, summary, rows, events)
+        self.tracker.log_artifacts(self.output_dir)
+        self.tracker.end()
+        return summary
+
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        last_eval: dict[int, dict[str, float]] = {}
+        for row in self.rows:  # rows arrive in round order per client; keep each one's latest
+            last_eval[row["client"]] = row
+        hops = sum(d["hops"] for d in self.done.values())
+        sent = sum(d["bytes_sent"] for d in self.done.values())
+        reports = [m for r in self.by_round.values() for m in r.values()]
+        samples = sum(m.get("samples", 0.0) for m in reports)
+        per_round = statistics.fmean([m.get("bytes_sent", 0.0) for m in reports] or [0.0])
+        kinds = [e["kind"] for e in self.events]
+        detected = [e["latency_s"] for e in self.events if e["kind"] in ("crash", "hang")]
+        healed = [e["latency_s"] for e in self.events if e["kind"] == "healed"]
+        return {
+            "algorithm": self.config.algorithm.name,
+            "dataset": self.config.data.dataset,
+            "clients": len(self.table.members),
+            "rounds_completed": min(
+                (self.table.members[c].last_round + 1 for c in self.table.live), default=0
+            ),
+            "mode": self.config.schedule.mode,
+            "topology": self.config.topology.kind,
+            "local_acc": _stat(last_eval, "local_acc"),
+            "global_acc": _stat(last_eval, "global_acc"),
+            # The papers quote the mean of the last 10 evaluated rounds as well as the end.
+            "local_acc_last10": _last_mean(self.rows, "local_acc", 10),
+            "global_acc_last10": _last_mean(self.rows, "global_acc", 10),
+            "mb_per_round_per_client": per_round / 1e6,
+            "bytes_per_hop": sent / hops if hops else 0.0,
+            "hops": hops,
+            "bytes_total": sent,
+            "events": {
+                "crashes": kinds.count("crash"),
+                "hangs": kinds.count("hang"),
+                "errors": kinds.count("client_error"),
+                "bypasses": kinds.count("bypass"),
+                "joins": kinds.count("join"),
+                "rejoins": kinds.count("rejoin"),
+                "lost_payloads": sum(d["lost"] for d in self.done.values()),
+            },
+            # Seconds from a bypassed member's last sign of life to its bypass, and from the
+            # bypass until every survivor finished a round begun after it.
+            "recovery": {"detection_s": detected, "heal_s": healed},
+            "stopped": self.stop_reason,
+            "wall_s": wall_s,
+            "samples_per_s": samples / wall_s if wall_s > 0 else 0.0,
+            "ring_order": self.table.live,
+            "mlflow": {"tracking_uri": self.tracker.uri, "run_id": self.tracker.run_id},
+        }
+
+
+def _means(reports) -> dict[str, float]:
+    """Mean over clients of every metric, as ``<name>_mean``."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for metrics in reports:
+        for key, value in metrics.items():
+            values[key].append(value)
+    return {f"{k}_mean": statistics.fmean(v) for k, v in values.items()}
+
+
+def _last_mean(rows: list[dict[str, Any]], key: str, count: int) -> float:
+    """Client mean of each client's mean ``key`` over its last ``count`` evaluated rounds."""
+    by_client: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for row in rows:
+        if key in row:
+            by_client[row["client"]].append((row["round"], row[key]))
+    means = [
+        statistics.fmean(v for _, v in sorted(values)[-count:]) for values in by_client.values()
+    ]
+    return statistics.fmean(means) if means else 0.0
+
+
+def _stat(rows: dict[int, dict[str, float]], key: str) -> dict[str, Any]:
+    per_client = {str(c): row[key] for c, row in sorted(rows.items()) if key in row}
+    values = list(per_client.values())
+    return {
+        "mean": statistics.fmean(values) if values else 0.0,
+        "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
+        "per_client": per_client,
+    }

@@ -1,0 +1,186 @@
+"""A whole ring in one process: the real client and coordinator cores over an in-memory
+transport. Calls run on per-client thread pools, as Ray runs a threaded actor's calls, so
+tests and benchmarks exercise the same round loop, laps, probes, bypasses and joins as a
+cluster does, in milliseconds and without Ray.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ring_actors.client_core import ClientCore, ClientData
+from ring_actors.config import Config
+from ring_actors.coordinator_core import CoordinatorCore
+from ring_actors.membership import View
+from ring_actors.method_factory import build_algorithm
+from ring_actors.protocol import Payload
+from ring_actors.tracking import Tracker
+from ring_actors.transport import ClientHandle, PeerGone
+
+T = TypeVar("T")
+CALL_THREADS = 4  # concurrent calls one client answers (a Ray actor's max_concurrency)
+
+
+class LocalClient:
+    """A client core's process stand-in: it answers calls until it crashes, and a freeze
+    holds every call (heartbeats included) as a stopped process would."""
+
+    def __init__(self, core: ClientCore) -> None:
+        self.core = core
+        self.calls = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix=f"calls-{core.id}")
+        self.alive = True
+        self.awake = threading.Event()
+        self.awake.set()
+
+    def call(self, method: Callable[..., T], *args: Any) -> Future[T]:
+        if not self.alive:
+            return _failed(PeerGone(f"client {self.core.id} is dead"))
+
+        def run() -> T:
+            self.awake.wait()
+            if not self.alive:
+                raise PeerGone(f"client {self.core.id} is dead")
+            return method(*args)
+
+        return self.calls.submit(run)
+
+    def crash(self) -> None:
+        """The round loop stops here for good, as a process that exited would."""
+        self.kill()
+        threading.Event().wait()
+
+    def freeze(self, seconds: float) -> None:
+        self.awake.clear()
+        time.sleep(seconds)
+        self.awake.set()
+
+    def kill(self) -> None:
+        """From outside: the client is gone, its calls fail from now on."""
+        self.alive = False
+        self.awake.set()
+
+
+class LocalHandle:
+    """A :class:`~ring_actors.transport.ClientHandle` on a :class:`LocalClient`."""
+
+    def __init__(self, client: LocalClient) -> None:
+        self.client = client
+
+    def receive(self, payload: Payload) -> Future[bool]:
+        return self.client.call(self.client.core.receive, payload)
+
+    def serve(self, round_: int, keys: tuple[str, ...]) -> Future[Payload | None]:
+        return self.client.call(self.client.core.serve, round_, keys)
+
+    def lap_result(self, name: str, round_: int) -> Future[Any]:
+        return self.client.call(self.client.core.lap_result, name, round_)
+
+    def ping(self) -> Future[int]:
+        return self.client.call(self.client.core.ping)
+
+    def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
+        self.client.call(self.client.core.set_view, view, dict(handles))
+
+    def start(self, first_round: int = 0, joining: bool = False) -> None:
+        self.client.call(self.client.core.start, first_round, joining)
+
+    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
+        self.client.call(self.client.core.hand_off, joiner, handle)
+
+    def journal(self) -> Future[list[dict]]:
+        return self.client.call(self.client.core.journal)
+
+
+class InProcessRing:
+    """Clients and a coordinator wired in memory; ``run`` drives it to the end.
+
+    ``data[i]`` is client i's data; clients beyond ``config.clients.count`` wait in standby
+    for ``join``. MLflow is never opened: the coordinator's results stay in memory and in
+    the summary.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        data: list[ClientData],
+        num_classes: int,
+        input_shape: tuple[int, int, int],
+        output_dir: Path,
+    ) -> None:
+        self.config = config
+        tracker = Tracker("in-process", config.experiment.name, output_dir.name)
+        self.coordinator = CoordinatorCore(config, output_dir, tracker)
+        self.clients: dict[int, LocalClient] = {}
+        for client_id, own in enumerate(data):
+            device = own.train.x.device
+            algorithm = build_algorithm(config, client_id, num_classes, input_shape, device)
+            client = LocalClient(ClientCore(client_id, config, algorithm, own, self.coordinator))
+            client.core.faults = client
+            self.clients[client_id] = client
+        for client_id in range(config.clients.count):
+            self.coordinator.register(client_id, self.handle(client_id), "local")
+        self.admitted = set(range(config.clients.count))
+        self.stopping = threading.Event()
+        self.loop = threading.Thread(target=self._reconcile, daemon=True)
+
+    def handle(self, client_id: int) -> LocalHandle:
+        return LocalHandle(self.clients[client_id])
+
+    def start(self) -> None:
+        self.loop.start()
+        self.coordinator.start_clients()
+
+    def join(self, count: int, first_round: int | None = None) -> list[int]:
+        """Splice ``count`` standby clients into the running ring."""
+        ids = [c for c in self.clients if c not in self.admitted][:count]
+        for client_id in ids:
+            self.admitted.add(client_id)
+            self.coordinator.admit(client_id, self.handle(client_id), "local", first_round)
+        return ids
+
+    def kill(self, client_id: int) -> None:
+        """The client's process dies now."""
+        self.clients[client_id].kill()
+
+    def wait(self, timeout_s: float) -> dict[str, Any]:
+        """Until every live member is done or the run stopped; the coordinator's progress."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.coordinator.progress()
+            if state["finished"] or state["stopped"]:
+                return state
+            time.sleep(0.02)
+        raise TimeoutError(f"ring not done in {timeout_s}s: {self.coordinator.progress()}")
+
+    def run(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Start, wait for the end, and return the run's summary (no files written)."""
+        started = time.monotonic()
+        self.start()
+        try:
+            self.wait(timeout_s)
+        finally:
+            self.close()
+        with self.coordinator.lock:
+            return self.coordinator.summary(time.monotonic() - started)
+
+    def close(self) -> None:
+        self.stopping.set()
+        for client in self.clients.values():
+            client.kill()
+            client.calls.shutdown(wait=False, cancel_futures=True)
+
+    def _reconcile(self) -> None:
+        while not self.stopping.is_set():
+            self.coordinator.reconcile()
+            self.stopping.wait(0.02)
+
+
+def _failed(error: BaseException) -> Future[Any]:
+    future: Future[Any] = Future()
+    future.set_exception(error)
+    return future

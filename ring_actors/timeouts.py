@@ -1,0 +1,39 @@
+"""Every wait in the runtime, derived by name from the one configured hop timeout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LAP_FETCH_CAP_S = 5.0  # a lap result is a small call to one peer: never wait long for it
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Named waits: ``schedule.hop_timeout_s`` sets them all, each at the multiple it needs."""
+
+    hop_s: float  # a send unacknowledged this long gets its target reported
+    gather_s: float  # the longest a round waits for its in-neighbours' payloads
+    hand_off_s: float  # the longest a joiner waits for its predecessor's hand-off
+    pull_s: float  # the longest a pull waits for the peers' answers
+    lap_retry_s: float  # a lap leader restarts an attempt that has not come back
+    lap_give_up_s: float  # a lap that has not finished by then is abandoned
+    lap_fetch_s: float  # a client missing a lap's result asks the leader this long
+    drain_s: float  # at the end, the longest a client waits for its last acknowledgements
+    probe_s: float  # the coordinator declares a member hung after this long without a ping
+    journal_s: float  # a restarted coordinator's wait for each client's journal
+
+    @classmethod
+    def from_hop(cls, hop_s: float) -> Timeouts:
+        """A lap restart covers a full circuit of hops (2x); giving up allows several (6x)."""
+        return cls(
+            hop_s=hop_s,
+            gather_s=hop_s,
+            hand_off_s=hop_s,
+            pull_s=hop_s,
+            lap_retry_s=2 * hop_s,
+            lap_give_up_s=6 * hop_s,
+            lap_fetch_s=min(LAP_FETCH_CAP_S, hop_s),
+            drain_s=3 * hop_s,
+            probe_s=hop_s,
+            journal_s=hop_s,
+        )

@@ -1,0 +1,208 @@
+"""The coordinator's control logic in-process: admission, probes, bypass, the error policy,
+the round watchdog, and a checkpoint written before the coordinator acts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+
+from ring_actors.config import config_from_dict
+from ring_actors.coordinator_core import CoordinatorCore
+from ring_actors.membership import MemberState
+from ring_actors.tracking import Tracker
+from ring_actors.transport import PeerGone
+
+
+class ScriptedClient:
+    """A client handle whose answers a test sets: alive, dead, or silent."""
+
+    def __init__(self, client_id: int) -> None:
+        self.id = client_id
+        self.state = "alive"
+        self.views: list = []
+        self.started: list[tuple[int, bool]] = []
+        self.handed_to: list[int] = []
+
+    def _answer(self, value) -> Future:
+        future: Future = Future()
+        if self.state == "dead":
+            future.set_exception(PeerGone(f"client {self.id}"))
+        elif self.state == "alive":
+            future.set_result(value)
+        return future  # silent: never answers
+
+    def ping(self) -> Future:
+        return self._answer(-1)  # no round finished yet
+
+    def journal(self) -> Future:
+        return self._answer([])
+
+    def set_view(self, view, handles) -> None:
+        self.views.append(view)
+
+    def start(self, first_round: int = 0, joining: bool = False) -> None:
+        self.started.append((first_round, joining))
+
+    def hand_off(self, joiner: int, handle) -> None:
+        self.handed_to.append(joiner)
+
+
+def make(tmp_path, clients=3, find=None, **schedule):
+    config = config_from_dict(
+        {
+            "experiment": {"rounds": 5},
+            "clients": {"count": clients},
+            "schedule": {"hop_timeout_s": 0.3, "heartbeat_s": 0.05, **schedule},
+        }
+    )
+    handles = {c: ScriptedClient(c) for c in range(clients + 1)}
+    core = CoordinatorCore(
+        config, tmp_path, Tracker("unused", "t", "run"), find or (lambda c: handles.get(c))
+    )
+    for c in range(clients):
+        core.register(c, handles[c], "node")
+    core.start_clients()
+    return core, handles
+
+
+def settle(core, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        core.reconcile()
+        time.sleep(0.01)
+
+
+def until(core, done, timeout: float = 5.0) -> None:
+    """Reconcile until ``done()``; fails the test if it never is."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the coordinator never got there"
+        core.reconcile()
+        time.sleep(0.01)
+
+
+def test_start_sends_one_view_and_starts_everyone(tmp_path):
+    core, handles = make(tmp_path)
+    for c in range(3):
+        (view,) = handles[c].views
+        assert view.members == (0, 1, 2) and handles[c].started == [(0, False)]
+
+
+def test_a_dead_member_is_bypassed_and_the_survivors_get_a_new_view(tmp_path):
+    core, handles = make(tmp_path)
+    handles[1].state = "dead"
+    until(core, lambda: core.table.live == [0, 2])
+    assert handles[0].views[-1].members == (0, 2)
+    assert [e["kind"] for e in core.events][:2] == ["crash", "bypass"]
+
+
+def test_a_silent_member_is_bypassed_as_hung_after_the_probe_timeout(tmp_path):
+    core, handles = make(tmp_path)
+    handles[2].state = "silent"
+    core.reconcile()
+    probed_at = core.probes[2][1]
+    until(core, lambda: not core.table.is_live(2))
+    assert time.monotonic() - probed_at >= 0.3 and 2 in core.hung  # after the probe timeout
+
+
+def test_admission_is_checkpointed_before_it_is_broadcast(tmp_path):
+    core, handles = make(tmp_path)
+    core.report_round(0, 0, {"loss": 1.0})
+    core.admit(3, handles[3], "node")
+    epoch = core.table.epoch
+    # The coordinator dies now, before its timer would have saved anything.
+    restarted = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), handles.get)
+    assert restarted.restore()
+    assert 3 in restarted.table.live and restarted.table.epoch == epoch
+    restarted.report_event("x", 0, 0)
+    handles[1].state = "dead"
+    until(restarted, lambda: not restarted.table.is_live(1))
+    assert restarted.table.epoch > epoch  # epochs never repeat across a restart
+
+
+def test_a_retried_admission_changes_nothing(tmp_path):
+    core, handles = make(tmp_path)
+    after = core.admit(3, handles[3], "node")
+    epoch = core.table.epoch
+    assert core.admit(3, handles[3], "node") == after
+    assert core.table.epoch == epoch and handles[3].started == [(1, True)]
+
+
+@pytest.mark.parametrize("policy", ["drop", "stop"])
+def test_a_client_error_follows_the_policy(tmp_path, policy):
+    core, _ = make(tmp_path, on_client_error=policy)
+    core.report_failed(1, 2, "Traceback ...\nRuntimeError: boom\n")
+    assert core.errors[0]["error"].endswith("boom\n")
+    if policy == "drop":
+        assert core.table.live == [0, 2] and core.progress()["stopped"] is None
+    else:
+        assert core.table.live == [0, 1, 2]
+        assert core.progress()["stopped"] == "client 1 failed in round 2: RuntimeError: boom"
+
+
+def test_the_last_client_failing_stops_the_run(tmp_path):
+    core, _ = make(tmp_path, clients=2)
+    core.report_failed(0, 1, "RuntimeError: a")
+    assert core.progress()["stopped"] is None
+    core.report_failed(1, 1, "RuntimeError: b")
+    assert "no client can go on" in core.progress()["stopped"]
+
+
+def test_a_member_that_answers_pings_but_finishes_no_round_is_hung(tmp_path):
+    core, _ = make(tmp_path, stall_hops=2)  # 0.6 s without a round
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        for c in (0, 1):
+            core.report_round(c, int((time.monotonic() - deadline + 1.0) * 10), {})
+        core.reconcile()
+        time.sleep(0.02)
+    assert core.table.live == [0, 1]
+    (hang,) = [e for e in core.events if e["kind"] == "hang"]
+    assert hang["client"] == 2 and "no round finished" in hang["detail"]
+
+
+def test_when_no_member_advances_the_run_stops_with_a_diagnosis(tmp_path):
+    core, _ = make(tmp_path, stall_hops=2)
+    until(core, lambda: core.progress()["stopped"] is not None)
+    reason = core.progress()["stopped"]
+    assert "no member finished a round" in reason and "client 2 last finished round -1" in reason
+
+
+def test_reports_from_outside_the_run_are_ignored(tmp_path):
+    core, _ = make(tmp_path)
+    core.report_round(42, 0, {"loss": 1.0})
+    core.report_done(42, 0, 0, 0)
+    core.report_unreachable(0, 42, 1)
+    core.report_failed(42, 0, "x")
+    assert 42 not in core.table.members and not core.errors and not core.done
+
+
+def test_tracking_never_holds_the_lock_failure_detection_needs(tmp_path):
+    core, _ = make(tmp_path)
+    release = threading.Event()
+    core.tracker.flush = lambda: release.wait(5)  # a tracking server that hangs
+    loop = threading.Thread(target=core.reconcile)
+    loop.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    core.report_round(0, 0, {"loss": 1.0})
+    assert time.monotonic() - started < 0.5
+    release.set()
+    loop.join()
+
+
+def test_a_restarted_coordinator_finds_a_member_gone_while_it_was_down(tmp_path):
+    core, handles = make(tmp_path)
+    core.checkpoint(force=True)
+    restarted = CoordinatorCore(
+        core.config,
+        tmp_path,
+        Tracker("unused", "t", "run"),
+        lambda c: None if c == 1 else handles[c],
+    )
+    restarted.restore()
+    assert restarted.table.live == [0, 2]
+    assert restarted.table.members[1].state == MemberState.DEAD

@@ -1,0 +1,158 @@
+"""The real client and coordinator cores as a ring in one process: rounds, laps, crashes,
+hangs, joins, a method that raises and non-finite training, each in well under a second."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ring_actors.algorithms import ALGORITHMS
+from ring_actors.client_core import ClientData
+from ring_actors.config import config_from_dict
+from ring_actors.in_process import InProcessRing
+from tests.algorithms.synthetic import separable
+
+SHAPE = (1, 28, 28)
+CLASSES = 4
+
+
+def client_data(count: int) -> list[ClientData]:
+    return [
+        ClientData(
+            train=separable(48, CLASSES, SHAPE, seed=i),
+            local_test=separable(16, CLASSES, SHAPE, seed=100 + i),
+            global_test=separable(32, CLASSES, SHAPE, seed=999),
+        )
+        for i in range(count)
+    ]
+
+
+def ring(tmp_path, algorithm="dfedavg", count=4, rounds=3, reserve=0, faults=(), **schedule):
+    config = config_from_dict(
+        {
+            "experiment": {"name": "inproc", "rounds": rounds},
+            "clients": {"count": count, "reserve": reserve, "batch_size": 16},
+            "algorithm": {"name": algorithm},
+            "schedule": {"hop_timeout_s": 0.5, "heartbeat_s": 0.05, **schedule},
+            "faults": list(faults),
+        }
+    )
+    return InProcessRing(config, client_data(count + reserve), CLASSES, SHAPE, tmp_path)
+
+
+def test_a_push_ring_trains_every_round_and_loses_nothing(tmp_path):
+    summary = ring(tmp_path).run(timeout_s=60)
+    assert summary["rounds_completed"] == 3
+    assert summary["events"]["lost_payloads"] == 0
+    assert summary["hops"] == 4 * 3  # one push per client and round, each acknowledged
+    assert summary["local_acc"]["mean"] > 0.5  # four separable classes: chance is 0.25
+
+
+def test_a_lap_ring_averages_exactly(tmp_path):
+    run = ring(tmp_path, algorithm="fedavg")
+    run.run(timeout_s=60)
+    models = [c.core.algorithm.shared_state() for c in run.clients.values()]
+    for name, tensor in models[0].items():
+        for other in models[1:]:
+            assert torch.allclose(tensor, other[name]), name  # everyone applied one total
+
+
+def test_a_crashed_client_is_bypassed_and_the_ring_finishes(tmp_path):
+    run = ring(tmp_path, faults=[{"at_round": 1, "crash": [2]}])
+    summary = run.run(timeout_s=60)
+    assert summary["events"]["crashes"] == 1 and summary["events"]["bypasses"] == 1
+    assert summary["ring_order"] == [0, 1, 3]
+    assert summary["rounds_completed"] == 3
+    assert summary["events"]["lost_payloads"] == 0
+
+
+def test_a_frozen_client_is_bypassed_as_hung(tmp_path):
+    run = ring(tmp_path, rounds=4, faults=[{"at_round": 1, "hang": [1], "for_s": 1.5}])
+    summary = run.run(timeout_s=60)
+    assert summary["events"]["hangs"] >= 1
+    assert summary["rounds_completed"] == 4
+
+
+def test_a_lap_survives_a_crash_mid_run(tmp_path):
+    run = ring(tmp_path, algorithm="fedavg", rounds=4, faults=[{"at_round": 2, "crash": [1]}])
+    summary = run.run(timeout_s=60)
+    assert summary["rounds_completed"] == 4 and summary["ring_order"] == [0, 2, 3]
+    survivors = [run.clients[c].core.algorithm.shared_state() for c in (0, 2, 3)]
+    for name, tensor in survivors[0].items():
+        assert all(torch.allclose(tensor, s[name]) for s in survivors[1:]), name
+
+
+def test_a_joiner_is_spliced_in_and_initialised(tmp_path):
+    run = ring(tmp_path, rounds=5, reserve=1)
+    run.start()
+    run.join(1, first_round=2)
+    run.wait(timeout_s=60)
+    run.close()
+    kinds = [e["kind"] for e in run.coordinator.events]
+    assert "join" in kinds and "join_initialised" in kinds
+    assert run.clients[4].core.completed == 4
+
+
+@pytest.mark.parametrize("policy", ["drop", "stop"])
+def test_a_method_that_raises_follows_the_error_policy(tmp_path, policy):
+    run = ring(tmp_path, faults=[{"at_round": 1, "error": [1]}], on_client_error=policy)
+    summary = run.run(timeout_s=30)
+    (error,) = run.coordinator.errors
+    assert error["client"] == 1 and "InjectedError" in error["error"]  # the traceback
+    if policy == "drop":
+        assert summary["stopped"] is None and summary["ring_order"] == [0, 2, 3]
+        assert summary["rounds_completed"] == 3
+    else:
+        assert "client 1 failed in round 1" in summary["stopped"]
+
+
+def test_when_every_client_fails_the_run_stops_with_the_reason(tmp_path):
+    run = ring(tmp_path, count=3, faults=[{"at_round": 1, "error": [0, 1, 2]}])
+    summary = run.run(timeout_s=30)
+    assert "no client can go on" in summary["stopped"]
+
+
+def test_non_finite_training_is_an_error_and_laps_still_complete(tmp_path):
+    run = ring(tmp_path, algorithm="fedavg", rounds=3)
+    poisoned = run.clients[2].core.algorithm
+    honest_train = poisoned.train_round
+
+    def train_then_poison(data):
+        metrics = honest_train(data)
+        with torch.no_grad():
+            next(iter(poisoned.model.parameters())).fill_(float("nan"))
+        return metrics
+
+    poisoned.train_round = train_then_poison
+    summary = run.run(timeout_s=30)
+    kinds = [e["kind"] for e in run.coordinator.events]
+    assert "non_finite_contribution" in kinds and "client_error" in kinds
+    assert summary["ring_order"] == [0, 1, 3] and summary["rounds_completed"] == 3
+    for client in (0, 1, 3):  # the others' laps completed without the poisoned model
+        state = run.clients[client].core.algorithm.shared_state()
+        assert all(bool(torch.isfinite(v).all()) for v in state.values())
+
+
+def test_a_client_stuck_in_its_method_is_bypassed_while_it_answers_pings(tmp_path):
+    run = ring(tmp_path, rounds=3, stall_hops=2)
+    stuck = run.clients[3].core.algorithm
+    honest_train = stuck.train_round
+    release = __import__("threading").Event()
+
+    def train_forever(data):
+        release.wait(30)
+        return honest_train(data)
+
+    stuck.train_round = train_forever
+    summary = run.run(timeout_s=30)
+    release.set()
+    hang = [e for e in run.coordinator.events if e["kind"] == "hang"]
+    assert hang and "no round finished" in hang[0]["detail"]
+    assert summary["ring_order"] == [0, 1, 2]
+
+
+def test_every_method_runs_a_ring_in_process(tmp_path):
+    for name in sorted(ALGORITHMS):
+        summary = ring(tmp_path / name, algorithm=name, count=3, rounds=2).run(timeout_s=60)
+        assert summary["rounds_completed"] == 2, name
+        assert summary["events"]["lost_payloads"] == 0, name
