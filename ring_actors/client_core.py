@@ -161,8 +161,14 @@ class ClientCore:
                 raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
             expected = self.expected if payload.channel == Channel.SHARE else None
             payload.validate(expected, self.config.schedule.max_payload_bytes)
+            return self._accept(payload)
         except PayloadError as err:
             return self._reject(str(err))
+        except Exception as err:  # noqa: BLE001 - one bad payload never harms the receiver
+            log.exception("client %d could not take a payload", self.id)
+            return self._reject(f"could not be taken: {err!r}")
+
+    def _accept(self, payload: Payload) -> bool:
         with self.lock:
             view = self.view
         if payload.sender not in view.members and payload.epoch < view.epoch:
@@ -436,6 +442,8 @@ class ClientCore:
             ]
 
         def ready() -> bool:
+            if schedule.mode == "sync":  # that very round: a later one may overtake it
+                return all(self.inbox.arrived(Channel.SHARE, p, round_ - 1) for p in senders())
             return all(self.inbox.newest(Channel.SHARE, p) >= round_ - 1 - lag for p in senders())
 
         if not self.inbox.wait(ready, self.timeouts.gather_s, self.tick):

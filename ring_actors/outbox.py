@@ -14,6 +14,19 @@ from ring_actors.transport import ClientHandle, PeerGone, Pending
 log = logging.getLogger(__name__)
 
 
+class _Unsent:
+    """The answer of a send that could not go out yet."""
+
+    def done(self) -> bool:
+        return False
+
+    def result(self, timeout: float | None = None) -> bool:
+        raise TimeoutError("not sent")
+
+
+_NEVER = _Unsent()
+
+
 @dataclass(eq=False)
 class InFlight:
     target: int
@@ -57,9 +70,14 @@ class Outbox:
             self.handles.update(handles)
 
     def send(self, target: int, payload: Payload) -> None:
+        """Send now; to a target without a handle yet, as soon as a view brings one."""
+        now = time.monotonic()
         with self.lock:
-            answer = self.handles[target].receive(payload)
-            self.in_flight.append(InFlight(target, payload, answer, time.monotonic()))
+            handle = self.handles.get(target)
+            if handle is None:
+                self.in_flight.append(InFlight(target, payload, _NEVER, now, gone_at=now))
+                return
+            self.in_flight.append(InFlight(target, payload, handle.receive(payload), now))
             self.bytes_dispatched += payload.nbytes
 
     def count_served(self, payload: Payload) -> None:
@@ -113,7 +131,7 @@ class Outbox:
 
     def _resend(self, flight: InFlight, now: float) -> None:
         with self.lock:
-            if flight not in self.in_flight:
+            if flight not in self.in_flight or flight.target not in self.handles:
                 return
             flight.answer = self.handles[flight.target].receive(flight.payload)
             flight.sent_at, flight.gone_at = now, None
