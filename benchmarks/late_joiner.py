@@ -18,11 +18,12 @@ import json
 import numpy as np
 import torch
 
-from ring_actors.algorithms import ALGORITHMS, Algorithm, TaskSpec
+from ring_actors.algorithms import Algorithm
 from ring_actors.config import load_config
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.sources import load_dataset
 from ring_actors.experiment import global_test_indices, split_for
+from ring_actors.method_factory import build_algorithm
 from ring_actors.protocol import Payload, detach_to_cpu
 
 
@@ -65,16 +66,8 @@ def main() -> None:
     global_test = images(dataset.test_x[pick], dataset.test_y[pick])
 
     def build(client: int) -> Algorithm:
-        task = TaskSpec(
-            dataset.num_classes,
-            dataset.input_shape,
-            config.clients.local_epochs,
-            config.clients.batch_size,
-            torch.device("cpu"),
-            args.seed * 100_003 + client,
-            args.seed,
-        )
-        return ALGORITHMS[args.method](config.algorithm.options, task)
+        cpu = torch.device("cpu")
+        return build_algorithm(config, client, dataset.num_classes, dataset.input_shape, cpu)
 
     def payload(sender: int, algorithm: Algorithm, round_: int) -> Payload:
         return Payload(sender, round_, 0, round_, detach_to_cpu(algorithm.shared_state()))

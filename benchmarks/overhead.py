@@ -170,11 +170,11 @@ def plain_worker(client_id: int, config, threads: int, barrier, results) -> None
     """One client's training without Ray: same data, model, seeds and steps as ClientActor."""
     import torch
 
-    from ring_actors.algorithms.base import TaskSpec
     from ring_actors.algorithms.local import Local
     from ring_actors.data.images import LabelledImages
     from ring_actors.data.sources import load_dataset
     from ring_actors.experiment import global_test_indices, split_for
+    from ring_actors.method_factory import task_spec
 
     torch.set_num_threads(threads)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
@@ -189,14 +189,8 @@ def plain_worker(client_id: int, config, threads: int, barrier, results) -> None
     train = images(dataset.train_x[split.train], dataset.train_y[split.train])
     local_test = images(dataset.test_x[split.test], dataset.test_y[split.test])
     global_set = images(dataset.test_x[global_test], dataset.test_y[global_test])
-    task = TaskSpec(
-        num_classes=dataset.num_classes,
-        input_shape=dataset.input_shape,
-        local_epochs=config.clients.local_epochs,
-        batch_size=config.clients.batch_size,
-        device=torch.device("cpu"),
-        seed=seed * 100_003 + client_id,
-        shared_seed=seed,
+    task = task_spec(
+        config, client_id, dataset.num_classes, dataset.input_shape, torch.device("cpu")
     )
     algorithm = Local(config.algorithm.options, task)
     cpu0 = time.process_time()

@@ -135,18 +135,11 @@ def task_spec(spec: dict[str, Any], client: int) -> Any:
     """The TaskSpec a ring ``ClientActor`` builds for ``client`` (same seeds)."""
     import torch
 
-    from ring_actors.algorithms.base import TaskSpec
+    from ring_actors.method_factory import task_spec as ring_task_spec
 
+    shape = tuple(spec["input_shape"])
     config = ring_config(spec)
-    return TaskSpec(
-        num_classes=spec["num_classes"],
-        input_shape=tuple(spec["input_shape"]),
-        local_epochs=config.clients.local_epochs,
-        batch_size=config.clients.batch_size,
-        device=torch.device("cpu"),
-        seed=config.experiment.seed * 100_003 + client,  # the client's own shuffling
-        shared_seed=config.experiment.seed,  # the common initial model
-    )
+    return ring_task_spec(config, client, spec["num_classes"], shape, torch.device("cpu"))
 
 
 def client_data(spec: dict[str, Any], client: int) -> tuple[Any, Any]:

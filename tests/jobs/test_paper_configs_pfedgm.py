@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from ring_actors.algorithms import ALGORITHMS, TaskSpec
 from ring_actors.config import Config, load_config
 from ring_actors.data.partition import split_clients
+from ring_actors.method_factory import build_algorithm
 
 PAPER_DIR = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "paper"
 PATHS = sorted(PAPER_DIR.glob("pfedgm-*.yaml"))
@@ -145,16 +145,7 @@ def test_every_dataset_has_a_representative():
 def test_algorithm_builds_and_predicts_on_cpu(path: Path):
     cfg = load(path)
     classes = NUM_CLASSES[cfg.data.dataset]
-    task = TaskSpec(
-        num_classes=classes,
-        input_shape=(3, 32, 32),
-        local_epochs=cfg.clients.local_epochs,
-        batch_size=cfg.clients.batch_size,
-        device=torch.device("cpu"),
-        seed=cfg.experiment.seed * 100_003,
-        shared_seed=cfg.experiment.seed,
-    )
-    algo = ALGORITHMS[cfg.algorithm.name](cfg.algorithm.options, task)
+    algo = build_algorithm(cfg, 0, classes, (3, 32, 32), torch.device("cpu"))
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     logits = algo.predict(x)
     assert {"acc", "acc_global", "acc_navigator"} <= set(logits)
