@@ -316,3 +316,35 @@ def test_a_method_that_shares_nothing_never_waits_for_peers(ray_local, tmp_path)
     assert summary["wall_s"] < 60  # one wait for a payload that never comes would take 60 s
     events = pq.read_table(tmp_path / "out" / "events.parquet").to_pylist()
     assert not [e for e in events if e["kind"] == "wait_timeout"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_method_that_raises_is_dropped_and_the_ring_heals(ray_local, tmp_path, mode, capsys):
+    config = small_config(
+        tmp_path,
+        "clients.count=3",
+        "experiment.rounds=4",
+        f"schedule.mode={mode}",
+        "faults=[{at_round: 1, error: [1]}]",
+    )
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    assert summary["stopped"] is None and summary["events"]["errors"] == 1
+    assert summary["ring_order"] == [0, 2] and summary["rounds_completed"] == 4
+    assert summary["events"]["lost_payloads"] == 0
+    printed = capsys.readouterr().err
+    assert "client 1 failed in round 1" in printed and "InjectedError" in printed  # traceback
+
+
+def test_a_method_that_raises_stops_the_run_when_asked(ray_local, tmp_path):
+    config = small_config(
+        tmp_path,
+        "clients.count=3",
+        "experiment.rounds=20",
+        "schedule.on_client_error=stop",
+        "faults=[{at_round: 1, error: [0]}]",
+    )
+    started = time.monotonic()
+    summary = run_experiment(config, tmp_path / "out", progress=False)
+    assert "client 0 failed in round 1" in summary["stopped"]
+    assert summary["rounds_completed"] < 20 and time.monotonic() - started < 120
+    assert (tmp_path / "out" / "summary.json").exists()  # what exists is written
