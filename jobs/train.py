@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"outputs: {summary['output_dir']}")
     print(f"mlflow:  {summary['mlflow']['tracking_uri']} run {summary['mlflow']['run_id']}")
+    if summary["stopped"]:
+        print(f"run stopped: {summary['stopped']}", file=sys.stderr)
+        return 1
     return 0
 
 
