@@ -390,6 +390,9 @@ class ClientCore:
             if result is not None:
                 total = {k: v.to(self.device) for k, v in result.total.items()}
                 self.algorithm.apply_lap(name, round_, total, list(result.contributors))
+                # Every member gets the same total: these let anyone check it did.
+                metrics[f"lap_{name}_contributors"] = float(len(result.contributors))
+                metrics[f"lap_{name}_checksum"] = lap_checksum(result.total)
         if non_finite:
             raise NonFiniteError(f"round {round_}: non-finite {', '.join(non_finite)}")
         every, last = self.config.eval.every, self.config.experiment.rounds - 1
@@ -555,6 +558,11 @@ def peak_rss_mb() -> float:
     """This process's peak resident memory: many actors share one host, so growth matters."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes there, KiB here
+
+
+def lap_checksum(total: dict[str, torch.Tensor]) -> float:
+    """One number that differs when two members applied different totals."""
+    return float(sum(float(t.double().sum()) for t in total.values()))
 
 
 def _shapes(tensors: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:

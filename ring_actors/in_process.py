@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from ring_actors.client_core import ClientCore, ClientData
 from ring_actors.config import Config
 from ring_actors.coordinator_core import CoordinatorCore
+from ring_actors.faults import driver_faults_due
 from ring_actors.membership import View
 from ring_actors.method_factory import build_algorithm
 from ring_actors.protocol import Payload
@@ -112,6 +113,8 @@ class InProcessRing:
         input_shape: tuple[int, int, int],
         output_dir: Path,
     ) -> None:
+        if any(entry.kill_node or entry.kill_coordinator for entry in config.faults):
+            raise ValueError("an in-process ring has no nodes or coordinator process to kill")
         self.config = config
         tracker = Tracker("in-process", config.experiment.name, output_dir.name)
         self.coordinator = CoordinatorCore(config, output_dir, tracker)
@@ -148,10 +151,16 @@ class InProcessRing:
         self.clients[client_id].kill()
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
-        """Until every live member is done or the run stopped; the coordinator's progress."""
+        """Until every live member is done or the run stopped, carrying out the fault
+        plan's joins as they fall due; the coordinator's progress."""
         deadline = time.monotonic() + timeout_s
+        applied: set[int] = set()
         while time.monotonic() < deadline:
             state = self.coordinator.progress()
+            plan = self.config.faults
+            for index in driver_faults_due(plan, state["round"], state["newest"], applied):
+                applied.add(index)
+                self.join(plan[index].join, first_round=plan[index].at_round)
             if state["finished"] or state["stopped"]:
                 return state
             time.sleep(0.02)

@@ -1,0 +1,210 @@
+"""Chaos soak: many seeded random fault plans, each checked against the runtime's invariants.
+
+    python -m benchmarks.soak --plans 50                      # in-process ring, seconds each
+    python -m benchmarks.soak --plans 10 --backend ray        # real actors, ~1 min each
+
+A plan mixes crashes, hangs, slow clients, joins and method errors (on Ray also a killed
+coordinator), in sync or async mode, on a ring or a dynamic topology, with a push method
+(``dfedavg``) or a lap method (``fedavg``). Each run must hold:
+
+- every round completes on the live members, and nothing stops the run;
+- no payload is lost;
+- every member applied the same total in every ring lap (the clients' own reports);
+- every client that lived to the end has results;
+- the events account for every injected fault (a crash, a hang, an error, a join).
+
+Results go to ``benchmarks/results/soak-<backend>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def random_plan(seed: int, backend: str) -> dict[str, Any]:
+    """One seeded plan: the setting and its faults (at least two clients never faulted)."""
+    rng = random.Random(seed)
+    count, rounds = rng.choice([4, 5]), 6
+    plan: dict[str, Any] = {
+        "seed": seed,
+        "algorithm": rng.choice(["dfedavg", "fedavg"]),
+        "mode": rng.choice(["sync", "async"]),
+        "topology": rng.choice(["ring", "dynamic"]),
+        "count": count,
+        "rounds": rounds,
+        "faults": [],
+    }
+    victims = rng.sample(range(count), rng.randint(1, count - 2))
+    kinds = ["crash", "hang", "slow", "error"]
+    for client in victims:
+        kind = rng.choice(kinds)
+        entry: dict[str, Any] = {"at_round": rng.randint(1, rounds - 2), kind: [client]}
+        if kind == "hang":
+            entry["for_s"] = rng.choice([1.5, 2.5])
+        if kind == "slow":
+            entry["delay_s"] = rng.choice([0.1, 0.3])
+        plan["faults"].append(entry)
+    if rng.random() < 0.4:
+        plan["faults"].append({"at_round": rng.randint(2, rounds - 2), "join": 1})
+    if backend == "ray" and rng.random() < 0.3:
+        plan["faults"].append({"at_round": rng.randint(1, rounds - 2), "kill_coordinator": True})
+    return plan
+
+
+def plan_config(plan: dict[str, Any], backend: str, workdir: Path) -> dict[str, Any]:
+    """The experiment config of a plan (small data; short timeouts in process)."""
+    hop = 0.5 if backend == "in-process" else 4.0
+    topology = {"kind": plan["topology"]}
+    if plan["topology"] == "dynamic":
+        topology |= {"degree": 2}
+    return {
+        "experiment": {"name": "soak", "seed": plan["seed"], "rounds": plan["rounds"]},
+        "data": {
+            "dataset": "fashion-mnist",
+            "max_train_per_client": 120,
+            "partition": {"kind": "shard", "classes_per_client": 2},
+        },
+        "clients": {"count": plan["count"], "num_cpus": 0.25, "batch_size": 32},
+        "algorithm": {"name": plan["algorithm"]},
+        "topology": topology,
+        "schedule": {
+            "mode": plan["mode"],
+            "hop_timeout_s": hop,
+            "heartbeat_s": hop / 5,
+            "stall_hops": 40,
+        },
+        "eval": {"every": 1, "global_max_samples": 200},
+        "tracking": {"uri": f"sqlite:///{workdir / 'mlflow.db'}"},
+        "faults": plan["faults"],
+    }
+
+
+def violations(
+    plan: dict[str, Any],
+    summary: dict[str, Any],
+    rows: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+) -> list[str]:
+    """Every invariant the run broke, in words (empty: the plan held)."""
+    broken = []
+    if summary.get("stopped"):
+        broken.append(f"stopped: {summary['stopped']}")
+    if summary["rounds_completed"] != plan["rounds"]:
+        broken.append(f"rounds completed {summary['rounds_completed']} of {plan['rounds']}")
+    if summary["events"]["lost_payloads"]:
+        broken.append(f"{summary['events']['lost_payloads']} payloads lost")
+    totals: dict[tuple[int, str], set[float]] = defaultdict(set)
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith("lap_") and key.endswith("_checksum") and value == value:
+                totals[(row["round"], key)].add(round(value, 3))
+    split = sorted(k for k, v in totals.items() if len(v) > 1)
+    if split:
+        broken.append(f"members applied different lap totals: {split[:3]}")
+    missing = {str(c) for c in summary["ring_order"]} - set(summary["local_acc"]["per_client"])
+    if missing:
+        broken.append(f"no results for surviving clients {sorted(missing)}")
+    seen = {(e["kind"], e["client"]) for e in events}
+    for entry in plan["faults"]:
+        for kind, event in (("crash", "crash"), ("hang", "hang"), ("error", "client_error")):
+            for client in entry.get(kind, []):
+                if (event, client) not in seen:
+                    broken.append(f"no {event} event for client {client}")
+        if entry.get("join") and not any(e["kind"] == "join" for e in events):
+            broken.append("no join event")
+    return broken
+
+
+def run_in_process(plan: dict[str, Any], workdir: Path) -> tuple[dict, list, list]:
+    import torch
+
+    from ring_actors.config import config_from_dict
+    from ring_actors.data.sources import load_dataset
+    from ring_actors.experiment import global_test_indices, split_for
+    from ring_actors.in_process import InProcessRing
+    from ring_actors.method_factory import client_data
+
+    torch.set_num_threads(1)
+    config = config_from_dict(plan_config(plan, "in-process", workdir))
+    dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
+    splits = split_for(config, dataset)
+    pick = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
+    global_test = (dataset.test_x[pick], dataset.test_y[pick])
+    cpu = torch.device("cpu")
+    data = [client_data(dataset, split, global_test, cpu) for split in splits]
+    ring = InProcessRing(config, data, dataset.num_classes, dataset.input_shape, workdir)
+    summary = ring.run(timeout_s=180)
+    return summary, ring.coordinator.rows, ring.coordinator.events
+
+
+def run_on_ray(plan: dict[str, Any], workdir: Path) -> tuple[dict, list, list]:
+    import pyarrow.parquet as pq
+
+    from ring_actors.config import config_from_dict
+    from ring_actors.experiment import run_experiment
+
+    config = config_from_dict(plan_config(plan, "ray", workdir))
+    out = workdir / "out"
+    summary = run_experiment(config, out, progress=False)
+    rows = pq.read_table(out / "metrics.parquet").to_pylist()
+    events = pq.read_table(out / "events.parquet").to_pylist()
+    return summary, rows, events
+
+
+def soak(plans: int, backend: str, first_seed: int = 0) -> dict[str, Any]:
+    """Run ``plans`` plans and report which held."""
+    runner = run_in_process if backend == "in-process" else run_on_ray
+    outcomes = []
+    for seed in range(first_seed, first_seed + plans):
+        plan = random_plan(seed, backend)
+        with tempfile.TemporaryDirectory() as tmp:
+            started = time.monotonic()
+            summary, rows, events = runner(plan, Path(tmp))
+            broken = violations(plan, summary, rows, events)
+        outcomes.append(
+            {
+                "plan": plan,
+                "held": not broken,
+                "broken": broken,
+                "wall_s": time.monotonic() - started,
+            }
+        )
+        print(f"plan {seed}: {broken or 'held'}", flush=True)
+    return {
+        "backend": backend,
+        "plans": plans,
+        "held": sum(o["held"] for o in outcomes),
+        "median_wall_s": statistics.median(o["wall_s"] for o in outcomes),
+        "outcomes": outcomes,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plans", type=int, default=50)
+    parser.add_argument("--backend", choices=["in-process", "ray"], default="in-process")
+    parser.add_argument("--first-seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.backend == "ray":
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    result = soak(args.plans, args.backend, args.first_seed)
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"soak-{args.backend}.json"
+    path.write_text(json.dumps(result, indent=1))
+    print(f"{result['held']} of {result['plans']} plans held; written to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""A short chaos soak on the in-process ring: random fault plans hold the invariants."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.soak import random_plan, run_in_process, violations
+from tests.conftest import needs_data
+
+pytestmark = [needs_data, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 4])
+def test_a_random_fault_plan_holds_every_invariant(tmp_path, seed):
+    plan = random_plan(seed, "in-process")
+    assert plan["faults"]  # something goes wrong in every plan
+    summary, rows, events = run_in_process(plan, tmp_path)
+    assert violations(plan, summary, rows, events) == []
+
+
+def test_the_checker_sees_a_broken_invariant(tmp_path):
+    plan = random_plan(2, "in-process")
+    summary, rows, events = run_in_process(plan, tmp_path)
+    summary["events"]["lost_payloads"] = 1
+    rows.append({**rows[-1], "lap_avg_checksum": 12345.0, "round": 0})
+    rows.append({**rows[-1], "lap_avg_checksum": 54321.0, "round": 0})
+    broken = violations(plan, summary, rows, events[:0])
+    assert "1 payloads lost" in broken
+    assert any("different lap totals" in b for b in broken)
