@@ -255,7 +255,17 @@ class CoordinatorCore:
                 "finished": bool(live) and all(c in self.done for c in live),
                 "stopped": self.stop_reason,
                 "errors": list(self.errors),
+                "latest": self._latest_means(),
             }
+
+    def _latest_means(self) -> dict[str, float]:
+        """Client means of the newest round every live member has reported."""
+        if not self.rounds_logged:
+            return {}
+        round_ = max(self.rounds_logged)
+        means = _means(self.by_round[round_].values())
+        keys = ("local_acc_mean", "global_acc_mean", "loss_mean")
+        return {"round": round_, **{k: means[k] for k in keys if k in means}}
 
     def ring_order(self) -> list[int]:
         with self.lock:

@@ -334,6 +334,13 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
                 applied.add(index)
             bar.total = state["rounds_planned"] or total
             bar.update(state["rounds_done"] - bar.n)
+            latest = state["latest"]
+            if latest:
+                bar.set_postfix(
+                    {k.removesuffix("_mean"): f"{v:.3f}" for k, v in latest.items() if k != "round"}
+                    | {"round": latest["round"]},
+                    refresh=False,
+                )
             if state["finished"]:
                 break
             time.sleep(0.5)
@@ -353,6 +360,34 @@ def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
             ray.kill(experiment.clients[client_id], no_restart=True)
 
 
+def describe_launch(experiment: Experiment) -> str:
+    """What was started where: the cluster, the clients per node, the method, the outputs."""
+    config = experiment.config
+    resources = ray.cluster_resources()
+    nodes: dict[str, list[int]] = {}
+    for client_id, facts in sorted(experiment.placement.items()):
+        nodes.setdefault(facts["node_id"], []).append(client_id)
+    lines = [
+        f"cluster: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
+        f"{resources.get('GPU', 0):g} GPUs",
+        f"method:  {config.algorithm.name} on {config.data.dataset}, {config.clients.count} "
+        f"clients x {config.experiment.rounds} rounds, {config.schedule.mode}, "
+        f"{config.topology.kind} topology",
+    ]
+    for node_id, ids in nodes.items():
+        facts = experiment.placement[ids[0]]
+        lines.append(
+            f"node {node_id[:8]}: clients {ids} ({facts['device']}, "
+            f"{facts['torch_threads']} torch threads each)"
+        )
+    lines.append(f"outputs: {experiment.output_dir}")
+    uri = resolve_tracking_uri(config.tracking.uri, Path.cwd())
+    lines.append(
+        f"mlflow:  {uri} (experiment {config.tracking.experiment or config.experiment.name})"
+    )
+    return "\n".join(lines)
+
+
 def shutdown(experiment: Experiment) -> None:
     """Stop every actor of the experiment (the Ray instance itself stays up)."""
     actors = [*experiment.clients.values(), experiment.coordinator]
@@ -366,6 +401,7 @@ def run_experiment(
     """Run one experiment end to end and return its summary (also in ``summary.json``)."""
     experiment = launch(config, output_dir)
     try:
+        print(describe_launch(experiment), file=sys.stderr)
         started = time.monotonic()
         ray.get(experiment.coordinator.start_clients.remote())
         summary = wait_and_finalize(experiment, started, progress)

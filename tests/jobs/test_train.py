@@ -51,6 +51,7 @@ def test_train_runs_end_to_end_and_prints_the_table(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Local-T" in done.stdout and "Global-T" in done.stdout
     assert f"outputs: {out}" in done.stdout
+    assert "cluster: 1 node(s)" in done.stderr and "clients [0, 1, 2]" in done.stderr  # at launch
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rounds_completed"] == 2 and summary["clients"] == 3
     for name in ("config.yaml", "metrics.parquet", "events.parquet"):
