@@ -156,3 +156,17 @@ def test_every_method_runs_a_ring_in_process(tmp_path):
         summary = ring(tmp_path / name, algorithm=name, count=3, rounds=2).run(timeout_s=60)
         assert summary["rounds_completed"] == 2, name
         assert summary["events"]["lost_payloads"] == 0, name
+
+
+@pytest.mark.slow
+def test_per_round_state_stays_bounded_over_a_long_run(tmp_path):
+    run = ring(tmp_path, algorithm="fedavg", count=3, rounds=30)
+    summary = run.run(timeout_s=120)
+    assert summary["rounds_completed"] == 30
+    for client in run.clients.values():
+        core = client.core
+        assert len(core.inbox._seen) <= 4 * 3 * 2  # a few rounds of tokens and pushes
+        assert len(core.laps.results) <= 4
+        assert not core.outbox.in_flight
+        assert len(core.published) <= 3
+    assert len(run.coordinator.probes) <= 3
