@@ -20,6 +20,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="YAML config file")
     parser.add_argument("--output-dir", type=Path, default=None, help="where outputs go")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR (its config.yaml) from its last checkpoints",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. clients.count=4")
     return parser.parse_args(argv)
 
@@ -42,13 +49,16 @@ def format_table(summary: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config = load_config(args.config, args.overrides)
+        path = args.resume / "config.yaml" if args.resume else args.config
+        config = load_config(path, args.overrides)
     except (ConfigError, OSError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     from ring_actors.experiment import run_experiment  # Ray is imported only for a valid config
 
-    summary = run_experiment(config, args.output_dir, progress=not args.no_progress)
+    output_dir = args.resume or args.output_dir
+    resume = args.resume is not None
+    summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
     print(format_table(summary))
     events = summary["events"]
     print(

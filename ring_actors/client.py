@@ -49,6 +49,7 @@ class ClientActor:
         coordinator: ray.actor.ActorHandle,
         state_dir: str,
         run_key: str,
+        resume: bool = False,
     ) -> None:
         context = ray.get_runtime_context()
         clients = config.clients
@@ -57,7 +58,8 @@ class ClientActor:
         torch.set_num_threads(threads_per_slot(limit, node))  # only slot holders compute
         device = pick_device(clients.num_gpus)
         control = RayControlLink(coordinator)
-        checkpoint = Path(state_dir) / f"client-{client_id}.pt" if clients.max_restarts else None
+        saves = clients.checkpoint or clients.max_restarts > 0
+        checkpoint = Path(state_dir) / f"client-{client_id}.pt" if saves else None
         self.core = ClientCore(
             client_id,
             config,
@@ -68,7 +70,9 @@ class ClientActor:
             faults=ProcessFaults(),
             checkpoint_path=checkpoint,
         )
-        if context.was_current_actor_reconstructed:
+        if resume:
+            self.core.load_checkpoint()
+        elif context.was_current_actor_reconstructed:
             restored = self.core.load_checkpoint()
             me = RayClientHandle(context.current_actor)
             control.rejoin(client_id, me, context.get_node_id(), restored)
@@ -101,6 +105,9 @@ class ClientActor:
 
     def start(self, first_round: int = 0, joining: bool = False) -> None:
         self.core.start(first_round, joining)
+
+    def resume(self) -> None:
+        self.core.resume()
 
     def hand_off(self, joiner: int, handle: ClientHandle) -> None:
         self.core.hand_off(joiner, handle)

@@ -147,6 +147,7 @@ class ClientCore:
         self.thread: threading.Thread | None = None
         self.journal_entries: list[JournalEntry] = []  # what the coordinator was told
         self.resumed_after = -1  # a restarted client does not re-enter its fatal round's fault
+        self.recent_pushes: list[Payload] = []  # re-sent after a restart: peers may lack them
 
     # ---- called by peers and the coordinator --------------------------------------------
 
@@ -230,7 +231,7 @@ class ClientCore:
             last = self.last_push
             fresh: set[int] = set()
             if last is not None:
-                pushes.append(last)
+                pushes.extend([*self.recent_pushes, last])
                 targets = set(self.topology.out_neighbours(view.members, self.id, last.round))
                 fresh = targets - self.pushed_to
                 self.pushed_to |= fresh
@@ -287,10 +288,19 @@ class ClientCore:
                 self.resumed_after = first_round
             self.first_round = first_round
             self.completed = first_round - 1
-            self.thread = threading.Thread(
-                target=self.run, args=(first_round, joining), name=f"client-{self.id}", daemon=True
-            )
-            self.thread.start()
+            self._start_thread(first_round, joining)
+
+    def resume(self) -> None:
+        """Continue a run from this client's checkpoint: the round after the saved one."""
+        if self.thread is None:
+            self.resumed_after = self.completed + 1
+            self._start_thread(self.completed + 1, joining=False)
+
+    def _start_thread(self, first_round: int, joining: bool) -> None:
+        self.thread = threading.Thread(
+            target=self.run, args=(first_round, joining), name=f"client-{self.id}", daemon=True
+        )
+        self.thread.start()
 
     # ---- the lap host interface ---------------------------------------------------------
 
@@ -498,6 +508,8 @@ class ClientCore:
             raise NonFiniteError(f"round {round_}: the shared state is not finite")
         with self.lock:
             view = self.view
+            if self.last_push is not None:
+                self.recent_pushes = [self.last_push]
             payload = Payload(
                 sender=self.id,
                 round=round_,
@@ -521,7 +533,19 @@ class ClientCore:
         assert path is not None
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        torch.save({"round": round_, "algorithm": self.algorithm, "journal": self.journal()}, tmp)
+        with self.lock:
+            pushes = [p for p in (*self.recent_pushes, self.last_push) if p is not None]
+        torch.save(
+            {
+                "round": round_,
+                "first_round": self.first_round,
+                "algorithm": self.algorithm,
+                "journal": self.journal(),
+                "pushes": pushes,
+                "torch_rng": torch.get_rng_state(),
+            },
+            tmp,
+        )
         tmp.replace(path)
 
     def load_checkpoint(self) -> int | None:
@@ -533,7 +557,10 @@ class ClientCore:
         saved = torch.load(path, map_location=self.device, weights_only=False)
         self.algorithm = saved["algorithm"]
         self.completed = saved["round"]
+        self.first_round = saved["first_round"]
         self.journal_entries = [JournalEntry.from_dict(e) for e in saved["journal"]]
+        *self.recent_pushes, self.last_push = saved["pushes"] or [None]
+        torch.set_rng_state(saved["torch_rng"])
         for entry in self.journal_entries:
             if entry.kind == "round":
                 self.control.report_round(self.id, entry.round, entry.metrics)

@@ -79,8 +79,11 @@ class ClientsSection:
     batch_size: int = 64
     placement: Literal["spread", "pack"] = "spread"
     # Ray restarts a crashed client this many times; it comes back from its last
-    # checkpoint (written every round when > 0) and is spliced in again. 0: it stays out.
+    # checkpoint and is spliced in again. 0: it stays out.
     max_restarts: int = 0
+    # Every client saves its private state after each round, so a crashed client or a
+    # whole run whose driver died (``jobs.train --resume RUN_DIR``) continues from there.
+    checkpoint: bool = True
     # Seconds to wait for every client actor to be placed and constructed; a cluster that
     # cannot fit them fails the run with the demand and the capacity instead of waiting forever.
     start_timeout_s: float = 300.0

@@ -29,12 +29,20 @@ class Coordinator:
     resumes from its checkpoint and the clients' journals.
     """
 
-    def __init__(self, config: Config, output_dir: str, tracking_uri: str, run_key: str) -> None:
+    def __init__(
+        self,
+        config: Config,
+        output_dir: str,
+        tracking_uri: str,
+        run_key: str,
+        resume: bool = False,
+    ) -> None:
         out = Path(output_dir)
         experiment = config.tracking.experiment or config.experiment.name
         tracker = Tracker(tracking_uri, experiment, out.name)
         self.core = CoordinatorCore(config, out, tracker, find_client=self._find(run_key))
-        self.core.restore()
+        # Restarted by Ray mid-run it finds its clients; for a resumed run they register anew.
+        self.core.restore(adopt_clients=not resume)
         self.stopping = threading.Event()
         self.loop = threading.Thread(target=self._control_loop, name="reconcile", daemon=True)
         self.loop.start()
@@ -60,8 +68,14 @@ class Coordinator:
     def register(self, client_id: int, actor: ray.actor.ActorHandle, node_id: str) -> None:
         self.core.register(client_id, RayClientHandle(actor), node_id)
 
+    def adopt(self, client_id: int, actor: ray.actor.ActorHandle, node_id: str) -> bool:
+        return self.core.adopt(client_id, RayClientHandle(actor), node_id)
+
     def start_clients(self) -> None:
         self.core.start_clients()
+
+    def resume_run(self) -> None:
+        self.core.resume_run()
 
     def admit(
         self,

@@ -79,6 +79,16 @@ class CoordinatorCore:
             self.handles[client_id] = handle
             self.table.add(client_id, node_id)
 
+    def adopt(self, client_id: int, handle: ClientHandle, node_id: str) -> bool:
+        """A resumed run's new actor for a member the checkpoint knows; False if unknown."""
+        with self.lock:
+            member = self.table.members.get(client_id)
+            if member is None:
+                return False
+            self.handles[client_id] = handle
+            member.node_id = node_id
+            return True
+
     def start_clients(self) -> None:
         """Push every member its first view, then start all round loops."""
         with self.lock:
@@ -420,10 +430,11 @@ class CoordinatorCore:
             ),
         )
 
-    def restore(self) -> bool:
+    def restore(self, adopt_clients: bool = True) -> bool:
         """Come back after a crash: membership and results from the checkpoint, what the
         clients reported since from their journals; views go out again on the next pass.
-        False when there is no checkpoint (a new run)."""
+        False when there is no checkpoint (a new run). Without ``adopt_clients`` (a run
+        resumed by a new driver) the clients register anew and ``resume_run`` follows."""
         saved = read_record(self.checkpoint_path)
         if saved is None:
             return False
@@ -436,6 +447,8 @@ class CoordinatorCore:
             self.rounds_logged = set(saved.rounds_logged)
             self.done, self.errors = saved.done, saved.errors
             self.hung, self.healing = set(saved.hung), saved.healing
+            if not adopt_clients:
+                return True
             for client_id in self.table.live:
                 handle = self.find_client(client_id)
                 if handle is None:  # gone while we were down
@@ -444,6 +457,28 @@ class CoordinatorCore:
                     self.handles[client_id] = handle
                     self.last_report[client_id] = time.monotonic()
             journals = {c: self.handles[c].journal() for c in self.table.live}
+        self._replay_journals(journals)
+        return True
+
+    def resume_run(self) -> None:
+        """Continue a resumed run: every registered live member from its own checkpoint."""
+        with self.lock:
+            now = time.monotonic()
+            running = [c for c in self.table.live if c not in self.done]
+            for client_id in running:
+                self.table.members[client_id].state = MemberState.RUNNING
+                self.last_report[client_id] = now
+            journals = {c: self.handles[c].journal() for c in running}
+        self._replay_journals(journals)
+        with self.lock:
+            self._event("run_resumed", -1, -1, f"members {running}")
+            self.checkpoint(force=True)
+            self._broadcast()
+            for client_id in running:
+                self.handles[client_id].resume()
+
+    def _replay_journals(self, journals: dict[int, Pending[list[dict]]]) -> None:
+        """Apply what the clients reported while nobody recorded it."""
         replayed = 0
         for client_id, answer in journals.items():
             try:
@@ -454,7 +489,6 @@ class CoordinatorCore:
                 replayed += self._replay(client_id, JournalEntry.from_dict(entry))
         with self.lock:
             self._event("coordinator_restored", -1, -1, f"replayed {replayed} client reports")
-        return True
 
     def _replay(self, client_id: int, entry: JournalEntry) -> int:
         """Apply one journal entry a client kept; 1 if it was news to us."""

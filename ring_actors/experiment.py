@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import ray
+import yaml
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
@@ -50,6 +51,7 @@ class Experiment:
     splits: list[ClientSplit]
     global_test_ref: ray.ObjectRef  # the Global-T images and labels, shared by every client
     run_key: str
+    resume: bool = False
     admitted: set[int] = field(default_factory=set)
     slot_pools: dict[str, ray.actor.ActorHandle] = field(default_factory=dict)
 
@@ -68,6 +70,7 @@ class Experiment:
                 self.coordinator,
                 state_dir,
                 self.run_key,
+                self.resume,
             )
             for i in ids
         }
@@ -236,10 +239,20 @@ def global_test_indices(splits: list[ClientSplit], cap: int | None, seed: int) -
     return np.sort(np.random.default_rng(seed).choice(union, size=cap, replace=False))
 
 
-def launch(config: Config, output_dir: Path | None = None) -> Experiment:
-    """Load and split the data once, put it in the object store, and start every actor."""
+def launch(config: Config, output_dir: Path | None = None, resume: bool = False) -> Experiment:
+    """Load and split the data once, put it in the object store, and start every actor.
+
+    With ``resume`` the run in ``output_dir`` continues: the coordinator from its checkpoint,
+    every client from its own.
+    """
     output_dir = (output_dir or default_output_dir(config)).resolve()
-    check_output_dir(output_dir)
+    if resume:
+        if not (output_dir / CHECKPOINT).exists():
+            raise FileNotFoundError(f"{output_dir} holds no run to resume ({CHECKPOINT})")
+    else:
+        check_output_dir(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     splits = split_for(config, dataset)
     global_test = global_test_indices(
@@ -270,6 +283,7 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
             str(output_dir),
             resolve_tracking_uri(config.tracking.uri, Path.cwd()),
             run_key,
+            resume,
         )
     )
     client_options = dict(
@@ -291,12 +305,17 @@ def launch(config: Config, output_dir: Path | None = None) -> Experiment:
         splits,
         global_test_ref,
         run_key,
+        resume,
     )
     try:
         experiment.create_clients(list(range(config.total_clients)))
-        for i in range(config.clients.count):
-            node = experiment.placement[i]["node_id"]
-            ray.get(coordinator.register.remote(i, experiment.clients[i], node))
+        for i in range(config.total_clients if resume else config.clients.count):
+            node, handle = experiment.placement[i]["node_id"], experiment.clients[i]
+            if resume:  # the members the checkpoint knows, joiners included
+                if ray.get(coordinator.adopt.remote(i, handle, node)):
+                    experiment.admitted.add(i)
+                continue
+            ray.get(coordinator.register.remote(i, handle, node))
             experiment.admitted.add(i)
     except BaseException:
         shutdown(experiment)  # nothing of a run that could not start stays on the cluster
@@ -396,15 +415,28 @@ def shutdown(experiment: Experiment) -> None:
 
 
 def run_experiment(
-    config: Config, output_dir: Path | None = None, progress: bool = True
+    config: Config, output_dir: Path | None = None, progress: bool = True, resume: bool = False
 ) -> dict[str, Any]:
-    """Run one experiment end to end and return its summary (also in ``summary.json``)."""
-    experiment = launch(config, output_dir)
+    """Run one experiment end to end and return its summary (also in ``summary.json``).
+
+    Ctrl-C once stops the run and writes what exists; ``resume`` continues it later.
+    """
+    experiment = launch(config, output_dir, resume)
     try:
         print(describe_launch(experiment), file=sys.stderr)
         started = time.monotonic()
-        ray.get(experiment.coordinator.start_clients.remote())
-        summary = wait_and_finalize(experiment, started, progress)
+        coordinator = experiment.coordinator
+        ray.get(coordinator.resume_run.remote() if resume else coordinator.start_clients.remote())
+        try:
+            summary = wait_and_finalize(experiment, started, progress)
+        except KeyboardInterrupt:
+            print(
+                "interrupted: writing what exists (Ctrl-C again aborts); continue with "
+                f"--resume {experiment.output_dir}",
+                file=sys.stderr,
+            )
+            summary = ray.get(coordinator.finalize.remote(time.monotonic() - started))
+            summary["stopped"] = "interrupted"
         summary["output_dir"] = str(experiment.output_dir)
         return summary
     finally:

@@ -90,6 +90,9 @@ class LocalHandle:
     def start(self, first_round: int = 0, joining: bool = False) -> None:
         self.client.call(self.client.core.start, first_round, joining)
 
+    def resume(self) -> None:
+        self.client.call(self.client.core.resume)
+
     def hand_off(self, joiner: int, handle: ClientHandle) -> None:
         self.client.call(self.client.core.hand_off, joiner, handle)
 

@@ -66,9 +66,7 @@ class Inbox:
         """True once a payload of ``round_`` from ``sender`` came in on ``channel`` (even if
         a later round came first, or it was taken since)."""
         with self._cond:
-            return any(
-                k[0] == sender and k[1] == round_ and k[3] == channel for k in self._seen
-            )
+            return any(k[0] == sender and k[1] == round_ and k[3] == channel for k in self._seen)
 
     def peek(self, match: Callable[[Payload], bool]) -> list[Payload]:
         """Every waiting payload ``match`` accepts, left in place."""

@@ -43,9 +43,9 @@ class Outbox:
     A send whose target is gone or stays unanswered past the hop timeout is reported once
     (the coordinator then probes the target and bypasses it if it is gone); until a new
     view re-routes it, the payload stays here, so a failure never loses it. A send to a
-    dead target is tried again now and then: a restarted member gets it once it is back. A receiver that
-    raised on a payload is told apart from a dead one: the payload is dropped and reported,
-    and the delivery thread goes on.
+    dead target is tried again now and then: a restarted member gets it once it is back.
+    A receiver that raised on a payload is told apart from a dead one: the payload is
+    dropped and reported, and the delivery thread goes on.
     """
 
     def __init__(

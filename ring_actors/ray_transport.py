@@ -71,6 +71,9 @@ class RayClientHandle:
     def start(self, first_round: int = 0, joining: bool = False) -> None:
         self.actor.start.remote(first_round, joining)
 
+    def resume(self) -> None:
+        self.actor.resume.remote()
+
     def hand_off(self, joiner: int, handle: ClientHandle) -> None:
         self.actor.hand_off.remote(joiner, handle)
 
