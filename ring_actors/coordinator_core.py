@@ -26,7 +26,7 @@ from ring_actors.config import Config
 from ring_actors.membership import MembershipTable, MemberState
 from ring_actors.timeouts import Timeouts
 from ring_actors.tracking import Tracker, flatten, write_outputs
-from ring_actors.transport import ClientHandle, PeerGone, Pending
+from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable, Pending
 
 log = logging.getLogger(__name__)
 
@@ -330,8 +330,12 @@ class CoordinatorCore:
                     self.suspects.discard(client_id)
                 except PeerGone as err:
                     self._mark_dead(client_id, "crash", str(err))
-                except Exception:  # noqa: BLE001 - no answer yet after all: ask again
-                    pass
+                except PeerUnavailable:  # being restarted: ask again, same deadline
+                    if now - sent_at > self.timeouts.probe_s:
+                        self._mark_dead(client_id, "hang", "unavailable past the probe timeout")
+                        self.hung.add(client_id)
+                    else:
+                        self.probes[client_id] = (self.handles[client_id].ping(), sent_at)
             elif now - sent_at > self.timeouts.probe_s:
                 del self.probes[client_id]
                 self._mark_dead(client_id, "hang", "no heartbeat answer")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ring_actors.protocol import Payload
-from ring_actors.transport import ClientHandle, PeerGone, Pending
+from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable, Pending
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,8 @@ class Outbox:
         now = time.monotonic()
         for flight in flights:
             if flight.gone_at is not None:
+                if now - flight.sent_at > self.hop_timeout_s:
+                    self._suspect(flight)
                 if now - flight.gone_at > self.retry_s:
                     self._resend(flight, now)
                 continue
@@ -116,7 +118,8 @@ class Outbox:
                 flight.gone_at = now
                 self._suspect(flight)
                 continue
-            except TimeoutError:  # transiently unavailable: the hop timeout decides
+            except PeerUnavailable:  # being restarted: try again soon, within the hop timeout
+                flight.gone_at = now
                 continue
             except Exception as err:  # noqa: BLE001 - the receiver raised: drop, report
                 log.warning("client %d failed on a payload: %r", flight.target, err)
@@ -134,7 +137,7 @@ class Outbox:
             if flight not in self.in_flight or flight.target not in self.handles:
                 return
             flight.answer = self.handles[flight.target].receive(flight.payload)
-            flight.sent_at, flight.gone_at = now, None
+            flight.gone_at = None  # sent_at stays: the hop timeout counts from the first try
             self.bytes_dispatched += flight.payload.nbytes
 
     def _suspect(self, flight: InFlight) -> None:

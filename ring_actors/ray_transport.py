@@ -11,30 +11,22 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from ring_actors.membership import View
 from ring_actors.protocol import Payload
-from ring_actors.transport import ClientHandle, PeerGone
+from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable
 
 
 @dataclass(frozen=True)
 class RayPending:
     """An actor call's ObjectRef as a :class:`~ring_actors.transport.Pending`.
 
-    A transiently unavailable actor (its node is restarting it) is not gone: the call
-    simply has no answer yet, and the hop timeout decides.
+    A transiently unavailable actor (it is being restarted) is not gone: the call raises
+    :class:`PeerUnavailable` and the caller may try again.
     """
 
     ref: ray.ObjectRef
 
     def done(self) -> bool:
         ready, _ = ray.wait([self.ref], timeout=0)
-        if not ready:
-            return False
-        try:
-            ray.get(self.ref, timeout=0)
-        except ActorUnavailableError:
-            return False
-        except Exception:  # noqa: BLE001 - result() raises it
-            pass
-        return True
+        return bool(ready)
 
     def result(self, timeout: float | None = None) -> Any:
         try:
@@ -42,7 +34,7 @@ class RayPending:
         except GetTimeoutError as err:
             raise TimeoutError(str(err)) from err
         except ActorUnavailableError as err:
-            raise TimeoutError(f"actor unavailable: {err}") from err
+            raise PeerUnavailable(str(err)) from err
         except RayActorError as err:
             raise PeerGone(type(err).__name__) from err
 

@@ -20,6 +20,10 @@ class PeerGone(RuntimeError):
     """The callee is dead: its process exited or its node is gone."""
 
 
+class PeerUnavailable(RuntimeError):
+    """The callee cannot answer for now (it is being restarted); the call may be retried."""
+
+
 class Pending(Protocol, Generic[T]):
     """The answer of a call in flight."""
 

@@ -14,6 +14,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.membership import View
 from ring_actors.method_factory import build_algorithm
 from ring_actors.protocol import Channel, LapHeader, Payload
+from ring_actors.transport import PeerUnavailable
 from tests.algorithms.synthetic import separable
 
 SHAPE = (1, 28, 28)
@@ -154,6 +155,36 @@ def test_a_lap_result_from_a_member_that_does_not_lead_the_lap_is_refused():
     honest = LapHeader("avg", leader=1, attempt=0, epoch=1, visited=(1,), contributors=(1, 2))
     client.receive(Payload(1, 1, 1, 0, total, channel=Channel.LAP_RESULT, lap=honest))
     assert client.lap_result("avg", 1).contributors == (1, 2)
+
+
+class Restarting(Peer):
+    """A peer whose first call finds it being restarted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def receive(self, payload) -> Future:
+        self.calls += 1
+        if self.calls == 1:
+            future: Future = Future()
+            future.set_exception(PeerUnavailable("restarting"))
+            return future
+        return super().receive(payload)
+
+
+def test_a_send_to_a_member_being_restarted_is_retried_without_reporting_it():
+    client = core()
+    peer = Restarting()
+    client.set_view(View(2, (0, 1, 2), (0, 0, 0)), {1: peer})
+    client.outbox.retry_s = 0.0
+    payload = share(client, 0, 0)
+    client.outbox.send(1, payload)
+    client.tick()  # unavailable: kept for another try
+    client.tick()  # tried again, and taken
+    client.tick()
+    assert peer.got == [payload] and not client.outbox.in_flight
+    assert client.control.unreachable == [] and client.outbox.hops == 1
 
 
 def test_a_send_to_a_member_without_a_handle_waits_for_one():

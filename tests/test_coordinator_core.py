@@ -13,7 +13,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.coordinator_core import CoordinatorCore
 from ring_actors.membership import MemberState
 from ring_actors.tracking import Tracker
-from ring_actors.transport import PeerGone
+from ring_actors.transport import PeerGone, PeerUnavailable
 
 
 class ScriptedClient:
@@ -30,6 +30,8 @@ class ScriptedClient:
         future: Future = Future()
         if self.state == "dead":
             future.set_exception(PeerGone(f"client {self.id}"))
+        elif self.state == "restarting":
+            future.set_exception(PeerUnavailable(f"client {self.id}"))
         elif self.state == "alive":
             future.set_result(value)
         return future  # silent: never answers
@@ -106,6 +108,21 @@ def test_a_silent_member_is_bypassed_as_hung_after_the_probe_timeout(tmp_path):
     probed_at = core.probes[2][1]
     until(core, lambda: not core.table.is_live(2))
     assert time.monotonic() - probed_at >= 0.3 and 2 in core.hung  # after the probe timeout
+
+
+def test_a_member_being_restarted_is_asked_again_and_bypassed_only_past_the_timeout(tmp_path):
+    core, handles = make(tmp_path)
+    handles[1].state = "restarting"
+    core.reconcile()
+    first_probe = core.probes[1][1]
+    core.reconcile()
+    assert core.table.is_live(1) and core.probes[1][1] == first_probe  # same deadline
+    handles[1].state = "alive"
+    settle(core, 0.5)
+    assert core.table.is_live(1)
+    handles[1].state = "restarting"
+    until(core, lambda: not core.table.is_live(1))
+    assert [e["kind"] for e in core.events if e["client"] == 1] == ["hang", "bypass"]
 
 
 def test_admission_is_checkpointed_before_it_is_broadcast(tmp_path):
