@@ -31,6 +31,7 @@ from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable, Pendi
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "coordinator.json"  # in the output dir: what a restarted coordinator resumes from
+OUTPUTS_EVERY_S = 5.0  # the output tables are rewritten at most this often while a run goes on
 MAX_EVENTS = 100_000  # events kept for the summary; a long faulty run must not grow without end
 
 
@@ -71,6 +72,7 @@ class CoordinatorCore:
         self.healing: list[tuple[float, int]] = []
         self.broadcast_epoch = -1
         self.saved_at = 0.0
+        self.outputs_at, self.rows_written = 0.0, 0
 
     # ---- membership RPCs ----------------------------------------------------------------
 
@@ -303,6 +305,22 @@ class CoordinatorCore:
             self.tracker.flush()  # outside the lock: failure detection never waits on it
         except Exception:
             log.exception("tracking flush failed")
+        try:
+            self._write_partial_outputs()
+        except Exception:
+            log.exception("writing the run's tables failed")
+
+    def _write_partial_outputs(self) -> None:
+        """The output files as they stand, so a run that dies keeps every finished round;
+        ``summary.json`` says ``partial`` until the run is finalized."""
+        now = time.monotonic()
+        with self.lock:
+            if len(self.rows) == self.rows_written or now - self.outputs_at < OUTPUTS_EVERY_S:
+                return
+            self.outputs_at, self.rows_written = now, len(self.rows)
+            summary = {**self.summary(self._now()), "partial": True}
+            config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
+        write_outputs(self.output_dir, config, summary, rows, events)
 
     def open_tracking(self) -> None:
         """Create the MLflow run off the RPC path (a restarted coordinator reopens its own)."""
@@ -574,7 +592,7 @@ class CoordinatorCore:
                 if round_ not in self.rounds_logged:
                     self.rounds_logged.add(round_)
                     self.tracker.add_metrics(_means(reports.values()), round_)
-            summary = self.summary(wall_s)
+            summary = {**self.summary(wall_s), "partial": False}
             self.tracker.add_metrics(
                 {
                     "final_local_acc": summary["local_acc"]["mean"],

@@ -223,3 +223,17 @@ def test_a_restarted_coordinator_finds_a_member_gone_while_it_was_down(tmp_path)
     restarted.restore()
     assert restarted.table.live == [0, 2]
     assert restarted.table.members[1].state == MemberState.DEAD
+
+
+def test_the_output_tables_follow_the_run_and_say_they_are_partial(tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    core, _ = make(tmp_path)
+    for client in range(3):
+        core.report_round(client, 0, {"local_acc": 0.5, "global_acc": 0.25})
+    core.reconcile()
+    rows = pq.read_table(tmp_path / "metrics.parquet").to_pylist()
+    assert sorted(r["client"] for r in rows) == [0, 1, 2]
+    assert json.loads((tmp_path / "summary.json").read_text())["partial"] is True

@@ -24,6 +24,13 @@ SETTING = (
 )
 
 
+def rounds_written(run_dir) -> set[tuple[int, int]]:
+    path = run_dir / "metrics.parquet"
+    if not path.exists():
+        return set()
+    return {(r["client"], r["round"]) for r in pq.read_table(path).to_pylist()}
+
+
 def final_models(run_dir) -> dict[int, dict[str, torch.Tensor]]:
     models = {}
     for path in sorted((run_dir / "clients").glob("client-*.pt")):
@@ -44,7 +51,11 @@ def test_a_run_whose_driver_died_resumes_to_the_same_result(ray_local, tmp_path)
     while ray.get(experiment.coordinator.progress.remote())["round"] < 3:
         assert time.monotonic() < deadline
         time.sleep(0.2)
+    while rounds_written(run_dir) < {(c, r) for c in range(3) for r in range(3)}:
+        assert time.monotonic() < deadline  # the tables follow the run within seconds
+        time.sleep(0.5)
     shutdown(experiment)  # the driver dies: every actor of the run goes with it
+    assert json.loads((run_dir / "summary.json").read_text())["partial"] is True
     run_id = json.loads((run_dir / "coordinator.json").read_text())["run_id"]
 
     resumed = run_experiment(config, run_dir, progress=False, resume=True)
@@ -56,6 +67,7 @@ def test_a_run_whose_driver_died_resumes_to_the_same_result(ray_local, tmp_path)
     ]  # every round once: the ones before the cut kept, the rest appended
     kinds = [e["kind"] for e in pq.read_table(run_dir / "events.parquet").to_pylist()]
     assert "run_resumed" in kinds
+    assert json.loads((run_dir / "summary.json").read_text())["partial"] is False
     expected, got = final_models(tmp_path / "whole"), final_models(run_dir)
     for client, state in expected.items():
         for name, tensor in state.items():
