@@ -1,0 +1,153 @@
+"""Run directories (the output contract of ``jobs.train``) loaded into typed records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+SUMMARY = "summary.json"
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """One client's evaluation in one round (a row of ``metrics.parquet``)."""
+
+    client: int
+    round: int
+    time_s: float
+    local_acc: float | None
+    global_acc: float | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One membership event (a row of ``events.parquet``); ``client`` is -1 for ring-wide."""
+
+    time_s: float
+    kind: str
+    client: int
+    round: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished (or stopped) experiment, as its output directory describes it."""
+
+    path: Path
+    config: Mapping[str, Any]
+    summary: Mapping[str, Any]
+    rows: tuple[EvalRow, ...]
+    events: tuple[Event, ...]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def method(self) -> str:
+        return str(self.summary.get("algorithm") or self.config["algorithm"]["name"])
+
+    @property
+    def dataset(self) -> str:
+        return str(self.summary.get("dataset") or self.config["data"]["dataset"])
+
+    @property
+    def partition(self) -> str:
+        return partition_label(self.config.get("data", {}).get("partition", {}))
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("experiment", {}).get("seed", 0))
+
+    @property
+    def rounds_planned(self) -> int:
+        return int(self.config.get("experiment", {}).get("rounds", 0))
+
+    @property
+    def rounds_completed(self) -> int:
+        return int(self.summary.get("rounds_completed", 0))
+
+    @property
+    def partial(self) -> str | None:
+        """Why the run's numbers do not cover the whole plan, or None when they do."""
+        if self.summary.get("stopped"):
+            return f"stopped: {self.summary['stopped']}"
+        if self.rounds_completed < self.rounds_planned:
+            return f"{self.rounds_completed} of {self.rounds_planned} rounds"
+        return None
+
+
+def partition_label(partition: Mapping[str, Any]) -> str:
+    """The papers' short names: ``iid``, ``dir β=0.1`` (Dirichlet), ``shard s=2``."""
+    kind = partition.get("kind", "shard")
+    if kind == "dirichlet":
+        return f"dir β={partition.get('beta')}"
+    if kind == "shard":
+        return f"shard s={partition.get('classes_per_client')}"
+    return str(kind)
+
+
+def find_runs(paths: Iterable[Path]) -> list[Path]:
+    """Run directories among ``paths``: each one itself, or every run found beneath it."""
+    found: list[Path] = []
+    for path in paths:
+        if (path / SUMMARY).is_file():
+            found.append(path)
+        elif path.is_dir():
+            found.extend(sorted(p.parent for p in path.rglob(SUMMARY)))
+        else:
+            raise FileNotFoundError(f"{path}: not a run directory nor a folder of runs")
+    return list(dict.fromkeys(found))
+
+
+def load_run(path: Path) -> Run:
+    """Read a run directory; a missing Parquet table counts as empty."""
+    summary = json.loads((path / SUMMARY).read_text())
+    config_file = path / "config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    return Run(
+        path=path,
+        config=config or {},
+        summary=summary,
+        rows=tuple(_eval_row(r) for r in _records(path / "metrics.parquet")),
+        events=tuple(_event(r) for r in _records(path / "events.parquet")),
+    )
+
+
+def load_runs(paths: Iterable[Path]) -> list[Run]:
+    return [load_run(p) for p in find_runs(paths)]
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return pq.read_table(path).to_pylist() if path.is_file() else []
+
+
+def _eval_row(record: Mapping[str, Any]) -> EvalRow:
+    return EvalRow(
+        client=int(record["client"]),
+        round=int(record["round"]),
+        time_s=float(record["time_s"]),
+        local_acc=_float(record.get("local_acc")),
+        global_acc=_float(record.get("global_acc")),
+    )
+
+
+def _event(record: Mapping[str, Any]) -> Event:
+    return Event(
+        time_s=float(record["time_s"]),
+        kind=str(record["kind"]),
+        client=int(record["client"]),
+        round=int(record["round"]),
+        detail=str(record.get("detail") or ""),
+    )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
