@@ -16,9 +16,9 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import torch
 
@@ -29,7 +29,14 @@ from ring_actors.faults import FaultActions, slow_delay, strike
 from ring_actors.inbox import Inbox
 from ring_actors.membership import View
 from ring_actors.outbox import Outbox
-from ring_actors.protocol import Channel, Payload, PayloadError, all_finite, detach_to_cpu
+from ring_actors.protocol import (
+    Channel,
+    JournalEntry,
+    Payload,
+    PayloadError,
+    all_finite,
+    detach_to_cpu,
+)
 from ring_actors.ring_lap import LapResult, RingLaps, is_lap
 from ring_actors.timeouts import Timeouts
 from ring_actors.transport import ClientHandle, ControlLink, PeerGone, wait_all
@@ -52,26 +59,6 @@ class ClientData:
     train: LabelledImages
     local_test: LabelledImages
     global_test: LabelledImages
-
-
-@dataclass(frozen=True)
-class JournalEntry:
-    """A report a client sent the coordinator, kept so a restarted coordinator can replay it.
-
-    ``round``: the metrics of a finished round. ``done``: the end counters (lost payloads,
-    acknowledged hops, bytes sent) in ``metrics``.
-    """
-
-    kind: Literal["round", "done"]
-    round: int
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, record: Mapping) -> JournalEntry:
-        return cls(record["kind"], int(record["round"]), dict(record["metrics"]))
 
 
 class SlotHolder(Protocol):

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ring_actors.checkpoint import CoordinatorRecord, read_record, write_record
-from ring_actors.client_core import JournalEntry
 from ring_actors.config import Config
 from ring_actors.membership import MembershipTable, MemberState
+from ring_actors.protocol import JournalEntry
 from ring_actors.timeouts import Timeouts
 from ring_actors.tracking import Tracker, flatten, write_outputs
 from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable, Pending
