@@ -1,16 +1,21 @@
-"""The coordinator's checkpoint as a versioned JSON record: data only, never code.
+"""Checkpoints that are data, not code.
 
-Reading it cannot execute anything (unlike a pickle), so a checkpoint directory on a shared
-filesystem is not a way into every node; a record of another version is refused by name.
+The coordinator's is a versioned JSON record. A client's private state is a torch file read
+with torch's weights-only loader and an allowlist of the project's own classes. Neither can
+run code when read, so a checkpoint directory on a shared filesystem is not a way into
+every node.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 VERSION = 1
 
@@ -57,3 +62,30 @@ def read_record(path: Path) -> CoordinatorRecord | None:
     raw["done"] = {int(c): d for c, d in raw["done"].items()}
     raw["healing"] = [tuple(h) for h in raw["healing"]]
     return CoordinatorRecord(**raw)
+
+
+# What a client checkpoint may name: the project's own classes, torch modules and generators.
+# Anything else (``os.system``, ``builtins.eval``, ...) is refused before a byte is unpickled.
+CLIENT_GLOBAL_PREFIXES = ("ring_actors.", "torch.nn.modules.")
+CLIENT_GLOBALS = frozenset({"torch._C.Generator", "random.Random"})
+
+
+def load_client_state(path: Path, device: torch.device) -> dict[str, Any]:
+    """A client checkpoint, unpickled with torch's weights-only loader and an allowlist.
+
+    The loader constructs only the globals named here; a file that names any other is
+    refused with the names it holds.
+    """
+    names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    refused = [n for n in names if not n.startswith(CLIENT_GLOBAL_PREFIXES)]
+    refused = [n for n in refused if n not in CLIENT_GLOBALS]
+    if refused:
+        raise CheckpointError(f"{path}: names {refused[:3]}, which no client checkpoint holds")
+    allowed = [_resolve(name) for name in names]
+    with torch.serialization.safe_globals(allowed):
+        return torch.load(path, map_location=device, weights_only=True)
+
+
+def _resolve(name: str) -> Any:
+    module, _, attribute = name.rpartition(".")
+    return getattr(importlib.import_module(module), attribute)

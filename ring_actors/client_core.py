@@ -23,6 +23,7 @@ from typing import Protocol
 import torch
 
 from ring_actors.algorithms import Algorithm
+from ring_actors.checkpoint import load_client_state
 from ring_actors.config import Config
 from ring_actors.data.images import LabelledImages
 from ring_actors.faults import FaultActions, slow_delay, strike
@@ -541,7 +542,7 @@ class ClientCore:
         path = self.checkpoint_path
         if path is None or not path.exists():
             return None
-        saved = torch.load(path, map_location=self.device, weights_only=False)
+        saved = load_client_state(path, self.device)
         self.algorithm = saved["algorithm"]
         self.completed = saved["round"]
         self.first_round = saved["first_round"]
