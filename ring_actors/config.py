@@ -180,6 +180,9 @@ class EvalSection:
 class TrackingSection:
     uri: str | None = None
     experiment: str | None = None
+    # The clients' checkpoints hold their private models, which the methods promise never
+    # leave a client: they are uploaded to MLflow only when this says so.
+    upload_checkpoints: bool = False
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable, Pendi
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "coordinator.json"  # in the output dir: what a restarted coordinator resumes from
+# Output entries that hold clients' private state: checkpoints, never uploaded unless asked.
+PRIVATE_OUTPUTS = ("clients", CHECKPOINT)
 OUTPUTS_EVERY_S = 5.0  # the output tables are rewritten at most this often while a run goes on
 MAX_EVENTS = 100_000  # events kept for the summary; a long faulty run must not grow without end
 
@@ -602,7 +604,8 @@ class CoordinatorCore:
             )
             config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
         write_outputs(self.output_dir, config, summary, rows, events)
-        self.tracker.log_artifacts(self.output_dir)
+        private = () if self.config.tracking.upload_checkpoints else PRIVATE_OUTPUTS
+        self.tracker.log_artifacts(self.output_dir, private)
         self.tracker.end()
         return summary
 

@@ -91,9 +91,16 @@ class Tracker:
             batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
             self.client.log_batch(self.run_id, metrics=[Metric(*m) for m in batch])
 
-    def log_artifacts(self, directory: Path) -> None:
+    def log_artifacts(self, directory: Path, private: tuple[str, ...] = ()) -> None:
+        """Upload ``directory``, leaving out the entries named in ``private``."""
         self.open()
-        self.client.log_artifacts(self.run_id, str(directory))
+        for entry in sorted(directory.iterdir()):
+            if entry.name in private:
+                continue
+            if entry.is_dir():
+                self.client.log_artifacts(self.run_id, str(entry), artifact_path=entry.name)
+            else:
+                self.client.log_artifact(self.run_id, str(entry))
 
     def end(self, status: str = "FINISHED") -> None:
         self.open()

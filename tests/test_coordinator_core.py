@@ -237,3 +237,23 @@ def test_the_output_tables_follow_the_run_and_say_they_are_partial(tmp_path):
     rows = pq.read_table(tmp_path / "metrics.parquet").to_pylist()
     assert sorted(r["client"] for r in rows) == [0, 1, 2]
     assert json.loads((tmp_path / "summary.json").read_text())["partial"] is True
+
+
+@pytest.mark.parametrize("upload", [False, True])
+def test_private_checkpoints_are_uploaded_only_when_asked(tmp_path, upload):
+    from mlflow.tracking import MlflowClient
+
+    out = tmp_path / "run"
+    out.mkdir()
+    config = config_from_dict({"clients": {"count": 2}, "tracking": {"upload_checkpoints": upload}})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    core = CoordinatorCore(config, out, Tracker(uri, "t", "run"))
+    for c in range(2):
+        core.register(c, ScriptedClient(c), "node")
+    (out / "clients").mkdir()
+    (out / "clients" / "client-0.pt").write_bytes(b"private model")
+    core.checkpoint(force=True)
+    summary = core.finalize(1.0)
+    uploaded = {a.path for a in MlflowClient(uri).list_artifacts(summary["mlflow"]["run_id"])}
+    assert {"summary.json", "config.yaml", "metrics.parquet", "events.parquet"} <= uploaded
+    assert ("clients" in uploaded) == upload and ("coordinator.json" in uploaded) == upload
