@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -21,6 +23,17 @@ class ConfigError(ValueError):
     """A config key is unknown or its value is not allowed."""
 
 
+def _number_or_text(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _is_path_component(name: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name)) and name not in (".", "..")
+
+
 def _check(ok: bool, key: str, allowed: str, value: Any = ...) -> None:
     if not ok:
         got = "" if value is ... else f", got {value!r}"
@@ -35,6 +48,13 @@ class ExperimentSection:
 
     def __post_init__(self) -> None:
         _check(self.rounds >= 1, "experiment.rounds", "an integer >= 1")
+        _check(0 <= self.seed < 2**32, "experiment.seed", "an integer in [0, 2**32)", self.seed)
+        _check(
+            _is_path_component(self.name),
+            "experiment.name",
+            "a name usable as one folder name (letters, digits, '.', '_', '-'; not '.' or '..')",
+            self.name,
+        )
 
 
 @dataclass(frozen=True)
@@ -312,8 +332,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         _check(isinstance(value, int) and not isinstance(value, bool), key, "an integer", value)
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML reads 1e-3 (no dot) as a string
+            value = _number_or_text(value)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        _check(ok, key, "a number", value)
+        _check(ok and math.isfinite(value), key, "a finite number", value)
         return float(value)
     if tp is str:
         _check(isinstance(value, str), key, "a string", value)
@@ -351,7 +373,8 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
 def _build_algorithm(data: Mapping[str, Any]) -> AlgorithmSection:
     _check(isinstance(data, Mapping), "algorithm", "a mapping of keys")
     name = data.get("name", AlgorithmSection.name)
-    _check(name in ALGORITHMS, "algorithm.name", f"one of {', '.join(ALGORITHMS)}", name)
+    known = isinstance(name, str) and name in ALGORITHMS
+    _check(known, "algorithm.name", f"one of {', '.join(ALGORITHMS)}", name)
     options_cls = ALGORITHMS[name].Options
     rest = {k: v for k, v in data.items() if k != "name"}
     return AlgorithmSection(name=name, options=_build(options_cls, rest, "algorithm"))
@@ -370,7 +393,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key:
         raise ConfigError(f"override {text!r}: expected dotted.key=value")
-    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+    return key.strip().split("."), _yaml(raw, f"override {key}") if raw.strip() else None
+
+
+def _yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from err
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -393,7 +423,6 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     """Read ``path`` (YAML; none means defaults), apply overrides, and validate."""
     data: dict[str, Any] = {}
     if path is not None:
-        with open(path) as handle:
-            data = yaml.safe_load(handle) or {}
+        data = _yaml(Path(path).read_text(), str(path)) or {}
         _check(isinstance(data, dict), str(path), "a YAML mapping at the top level")
     return config_from_dict(apply_overrides(data, overrides))

@@ -175,10 +175,10 @@ def test_unknown_key_in_every_section(section):
         ("clients.count=2.5", "clients.count", "an integer"),
         ("experiment.rounds=true", "experiment.rounds", "an integer"),
         ("data.download=1", "data.download", "true or false"),
-        ("schedule.hop_timeout_s=fast", "schedule.hop_timeout_s", "a number"),
+        ("schedule.hop_timeout_s=fast", "schedule.hop_timeout_s", "a finite number"),
         ("data.max_train_per_client=x", "data.max_train_per_client", "int or null"),
         ("clients=3", "clients", "a mapping"),
-        ("algorithm.alpha=abc", "algorithm.alpha", "a number"),
+        ("algorithm.alpha=abc", "algorithm.alpha", "a finite number"),
     ],
 )
 def test_wrong_type_names_key_and_expected_type(override, key, fragment):
