@@ -371,13 +371,24 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
 
 
 def _build_algorithm(data: Mapping[str, Any]) -> AlgorithmSection:
+    """The chosen method's options: the keys beside ``name``, then its own section.
+
+    A section named after a method (``algorithm: {dfedavg: {lr: 0.01}}``) holds that
+    method's options; every section is checked against its method, and the chosen one's
+    applies.
+    """
     _check(isinstance(data, Mapping), "algorithm", "a mapping of keys")
     name = data.get("name", AlgorithmSection.name)
     known = isinstance(name, str) and name in ALGORITHMS
     _check(known, "algorithm.name", f"one of {', '.join(ALGORITHMS)}", name)
-    options_cls = ALGORITHMS[name].Options
-    rest = {k: v for k, v in data.items() if k != "name"}
-    return AlgorithmSection(name=name, options=_build(options_cls, rest, "algorithm"))
+    sections = {k: v for k, v in data.items() if k in ALGORITHMS}
+    for method, section in sections.items():
+        key = f"algorithm.{method}"
+        _check(isinstance(section, Mapping), key, f"a mapping of {method}'s options", section)
+        _build(ALGORITHMS[method].Options, section, key)
+    own = {k: v for k, v in data.items() if k != "name" and k not in ALGORITHMS}
+    own.update(sections.get(name, {}))
+    return AlgorithmSection(name=name, options=_build(ALGORITHMS[name].Options, own, "algorithm"))
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:
@@ -420,9 +431,32 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
-    """Read ``path`` (YAML; none means defaults), apply overrides, and validate."""
+    """Read ``path`` (YAML; none means defaults), apply overrides, and validate.
+
+    A file's setting serves any method: when the overrides choose another method than the
+    file's, the file's options for its own method are left behind (the setting's keys,
+    method sections and the options given on the command line stay).
+    """
     data: dict[str, Any] = {}
     if path is not None:
         data = _yaml(Path(path).read_text(), str(path)) or {}
         _check(isinstance(data, dict), str(path), "a YAML mapping at the top level")
-    return config_from_dict(apply_overrides(data, overrides))
+    merged = apply_overrides(data, overrides)
+    return config_from_dict(_for_chosen_method(data, merged, overrides))
+
+
+SETTING_OPTIONS = ("name", "backbone")  # options that describe the setting, not the method
+
+
+def _for_chosen_method(
+    data: Mapping[str, Any], merged: dict[str, Any], overrides: Sequence[str]
+) -> dict[str, Any]:
+    before, after = data.get("algorithm"), merged.get("algorithm")
+    if not isinstance(before, Mapping) or not isinstance(after, dict):
+        return merged
+    default = AlgorithmSection.name
+    if after.get("name", default) == before.get("name", default):
+        return merged
+    given = {parse_override(o)[0][1] for o in overrides if o.startswith("algorithm.")}
+    kept = {*SETTING_OPTIONS, *ALGORITHMS, *given}
+    return {**merged, "algorithm": {k: v for k, v in after.items() if k in kept}}

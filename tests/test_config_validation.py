@@ -3,10 +3,13 @@ input with a valid config or a ConfigError naming the key, never another excepti
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ring_actors.algorithms import ALGORITHMS
 from ring_actors.config import Config, ConfigError, config_from_dict, load_config
 
 
@@ -80,3 +83,28 @@ def test_any_dotted_override_is_a_config_or_a_config_error(pairs):
         load_config(None, [f"{key}={value}" for key, value in pairs])
     except ConfigError as err:
         assert str(err)
+
+
+CELL = "jobs/configs/paper/drdfl-cifar10-dir0.1.yaml"
+
+
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
+def test_any_method_runs_on_a_paper_cell_with_its_own_defaults(method):
+    config = load_config(CELL, [f"algorithm.name={method}"])
+    defaults = ALGORITHMS[method].Options()
+    expected = dataclasses.replace(defaults, backbone="resnet18")  # the cell's setting stays
+    assert config.algorithm.name == method and config.algorithm.options == expected
+    assert config.data.partition.beta == 0.1 and config.clients.count == 20
+
+
+def test_command_line_options_apply_to_the_chosen_method():
+    config = load_config(CELL, ["algorithm.name=dfedavg", "algorithm.lr=0.05"])
+    assert config.algorithm.options.lr == 0.05
+
+
+def test_method_sections_are_checked_and_the_chosen_one_applies():
+    tree = {"algorithm": {"name": "dfedavg", "lr": 0.1, "dfedavg": {"lr": 0.2}, "drdfl": {}}}
+    assert config_from_dict(tree).algorithm.options.lr == 0.2
+    tree["algorithm"]["drdfl"] = {"alpha": "high"}
+    with pytest.raises(ConfigError, match="algorithm.drdfl.alpha"):
+        config_from_dict(tree)
