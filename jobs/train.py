@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ring_actors.config import ConfigError, load_config
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "quickstart.yaml"
@@ -20,6 +22,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="YAML config file")
     parser.add_argument("--output-dir", type=Path, default=None, help="where outputs go")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--list", action="store_true", help="list methods, datasets, topologies, paper configs"
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="check the config and data, print the plan, exit"
+    )
     parser.add_argument(
         "--resume",
         type=Path,
@@ -48,12 +59,25 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.list:
+        from ring_actors.plan import list_choices
+
+        print(list_choices(DEFAULT_CONFIG.parent / "paper"))
+        return 0
     try:
         path = args.resume / "config.yaml" if args.resume else args.config
         config = load_config(path, args.overrides)
     except (ConfigError, OSError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
+    if args.print_config:
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        return 0
+    if args.dry_run:
+        from ring_actors.plan import describe_plan
+
+        print(describe_plan(config))
+        return 0
     from ring_actors.experiment import run_experiment  # Ray is imported only for a valid config
 
     output_dir = args.resume or args.output_dir

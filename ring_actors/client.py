@@ -18,10 +18,11 @@ from ring_actors.data.sources import DatasetArrays
 from ring_actors.faults import ProcessFaults
 from ring_actors.membership import View
 from ring_actors.method_factory import build_algorithm, client_data
+from ring_actors.placement import slot_limit, threads_per_slot
 from ring_actors.protocol import Payload
 from ring_actors.ray_transport import RayClientHandle, RayControlLink
 from ring_actors.ring_lap import LapResult
-from ring_actors.slots import Slots, node_resources, pool_name, slot_limit, threads_per_slot
+from ring_actors.slots import Slots, node_resources, pool_name
 from ring_actors.transport import ClientHandle
 
 

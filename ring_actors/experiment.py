@@ -24,8 +24,9 @@ from ring_actors.coordinator import CHECKPOINT, Coordinator
 from ring_actors.data.partition import ClientSplit, split_clients
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.faults import driver_faults_due
+from ring_actors.placement import slot_limit
 from ring_actors.recovery import actor_name
-from ring_actors.slots import SlotPool, node_resources, pool_name, slot_limit
+from ring_actors.slots import SlotPool, node_resources, pool_name
 from ring_actors.tracking import resolve_tracking_uri
 from ring_actors.worker_env import actor_runtime_env
 

@@ -18,7 +18,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -28,23 +28,6 @@ from ray.exceptions import RayActorError
 from ring_actors.worker_env import release_freed_memory
 
 log = logging.getLogger(__name__)
-
-
-def slot_limit(concurrency: int | str, slots_per_gpu: int, num_gpus: float, node: Mapping) -> int:
-    """Clients of one node allowed to compute at once.
-
-    ``auto``: the node's cores, or, for clients on GPUs, its GPUs times ``slots_per_gpu``.
-    """
-    if concurrency != "auto":
-        return int(concurrency)
-    if num_gpus > 0 and node.get("GPU", 0) >= 1:
-        return max(1, int(node["GPU"]) * slots_per_gpu)
-    return max(1, int(node.get("CPU", 1)))
-
-
-def threads_per_slot(limit: int, node: Mapping) -> int:
-    """Torch threads of one computing client: the node's cores shared by its slots."""
-    return max(1, int(node.get("CPU", 1)) // limit)
 
 
 def node_resources(node_id: str) -> dict[str, float]:

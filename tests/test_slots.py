@@ -9,7 +9,8 @@ import pytest
 import ray
 
 from ring_actors.experiment import launch, shutdown, wait_and_finalize
-from ring_actors.slots import SlotPool, Slots, slot_limit, threads_per_slot
+from ring_actors.placement import slot_limit, threads_per_slot
+from ring_actors.slots import SlotPool, Slots
 from tests.conftest import needs_data, small_config
 
 POOL = ray.remote(SlotPool)

@@ -342,6 +342,21 @@ def _unavailable(name: str, spec: _Spec, root: Path, reason: str) -> DatasetUnav
     )
 
 
+def dataset_facts(name: str, root: str | os.PathLike | None = None) -> dict[str, object]:
+    """What a run needs to know of ``name`` before loading it: classes, image shape, and
+    where its files are (or would be downloaded to)."""
+    spec = _SPECS[name]
+    data_root = resolve_root(root)
+    found = _find(spec, data_root)
+    channels = len(spec.mean)
+    return {
+        "num_classes": spec.num_classes,
+        "input_shape": (channels, 28, 28) if channels == 1 else (channels, 32, 32),
+        "present": found is not None,
+        "where": str(found[1][0].parent if found else data_root),
+    }
+
+
 def load_dataset(
     name: str, root: str | os.PathLike | None = None, download: bool = True
 ) -> DatasetArrays:

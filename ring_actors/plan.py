@@ -1,0 +1,71 @@
+"""What a run would do, told before it starts: nothing here starts Ray."""
+
+from __future__ import annotations
+
+import os
+import typing
+from pathlib import Path
+
+import torch
+
+from ring_actors.algorithms import ALGORITHMS
+from ring_actors.config import Config, PartitionSection, TopologySection
+from ring_actors.data.sources import DATASETS, dataset_facts
+from ring_actors.method_factory import build_algorithm
+from ring_actors.placement import slot_limit, threads_per_slot
+
+CLIENT_GB = 0.45  # private memory of one cnn client process (benchmarks/client_memory.py)
+COORDINATOR_GB = 0.35
+
+
+def list_choices(paper_dir: Path) -> str:
+    """Methods with their options and defaults, datasets, partitions, topologies, cells."""
+    lines = ["methods (algorithm.name):"]
+    for name, method in sorted(ALGORITHMS.items()):
+        doc = (method.__doc__ or "").strip().splitlines()
+        lines.append(f"  {name:10s} {doc[0] if doc else ''}")
+        defaults = method.Options()
+        options = ", ".join(f"{f}={getattr(defaults, f)!r}" for f in defaults.__dataclass_fields__)
+        lines.append(f"             {options}")
+    lines.append(f"datasets (data.dataset): {', '.join(DATASETS)}")
+    kinds = typing.get_args(typing.get_type_hints(PartitionSection)["kind"])
+    lines.append(f"partitions (data.partition.kind): {', '.join(kinds)}")
+    kinds = typing.get_args(typing.get_type_hints(TopologySection)["kind"])
+    lines.append(f"topologies (topology.kind): {', '.join(kinds)}")
+    lines.append(f"paper configs ({paper_dir}):")
+    for path in sorted(paper_dir.glob("*.yaml")):
+        first = path.read_text().splitlines()[0].lstrip("# ").strip()
+        lines.append(f"  {path.name:42s} {first}")
+    return "\n".join(lines)
+
+
+def describe_plan(config: Config) -> str:
+    """Validate against this machine: the data, the placement, slots, memory, bytes per hop."""
+    data, clients = config.data, config.clients
+    facts = dataset_facts(data.dataset, data.root)
+    cores = os.cpu_count() or 1
+    node = {"CPU": cores, "GPU": torch.cuda.device_count()}
+    limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
+    total = config.total_clients
+    method = build_algorithm(
+        config, 0, facts["num_classes"], facts["input_shape"], torch.device("cpu")
+    )
+    shared = method.offer() if method.offer() is not None else method.shared_state()
+    hop_bytes = sum(t.numel() * t.element_size() for t in shared.values())
+    data_line = "found" if facts["present"] else "missing: downloaded at launch if allowed"
+    if not facts["present"] and not data.download:
+        data_line = "missing, and data.download is false: the run would stop"
+    return "\n".join(
+        [
+            f"data:      {data.dataset} at {facts['where']} ({data_line})",
+            f"clients:   {total} ({clients.count} at the start), each {clients.num_cpus:g} CPU "
+            f"and {clients.num_gpus:g} GPU: {total * clients.num_cpus:g} CPUs and "
+            f"{total * clients.num_gpus:g} GPUs asked of the cluster",
+            f"this node: {cores} cores, {node['GPU']} GPUs; {limit} compute slots, "
+            f"{threads_per_slot(limit, node)} torch threads per computing client",
+            f"memory:    about {total * CLIENT_GB + COORDINATOR_GB:.1f} GB "
+            f"({CLIENT_GB} GB per client process, {COORDINATOR_GB} GB coordinator)",
+            f"method:    {config.algorithm.name}, {hop_bytes / 1e6:.3f} MB per hop "
+            f"({config.topology.kind} topology, {config.schedule.mode})",
+        ]
+    )
