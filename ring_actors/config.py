@@ -17,6 +17,7 @@ import yaml
 from ring_actors.algorithms import ALGORITHMS, AlgorithmOptions
 from ring_actors.algorithms.drdfl import DRDFLOptions
 from ring_actors.data.sources import DATASETS
+from ring_actors.plugins import PluginError, known_names, resolve_algorithm
 
 
 class ConfigError(ValueError):
@@ -209,6 +210,9 @@ class TrackingSection:
 class RaySection:
     address: str | None = None
     dashboard: bool = False  # Ray's dashboard on a local Ray (a cluster has its own setting)
+    # Local folders or .py files shipped to every worker (your own methods, models, data);
+    # a Ray Job's --working-dir reaches them as well.
+    py_modules: tuple[str, ...] = ()
 
 
 FAULT_ACTIONS = ("crash", "hang", "slow", "error", "join", "kill_node", "kill_coordinator")
@@ -379,16 +383,20 @@ def _build_algorithm(data: Mapping[str, Any]) -> AlgorithmSection:
     """
     _check(isinstance(data, Mapping), "algorithm", "a mapping of keys")
     name = data.get("name", AlgorithmSection.name)
-    known = isinstance(name, str) and name in ALGORITHMS
-    _check(known, "algorithm.name", f"one of {', '.join(ALGORITHMS)}", name)
+    allowed = f"one of {', '.join(known_names())}, or module:Class of your own method"
+    _check(isinstance(name, str), "algorithm.name", allowed, name)
+    try:
+        method = resolve_algorithm(name)
+    except PluginError as err:
+        raise ConfigError(f"algorithm.name: {err}; must be {allowed}") from err
     sections = {k: v for k, v in data.items() if k in ALGORITHMS}
-    for method, section in sections.items():
-        key = f"algorithm.{method}"
-        _check(isinstance(section, Mapping), key, f"a mapping of {method}'s options", section)
-        _build(ALGORITHMS[method].Options, section, key)
+    for other, section in sections.items():
+        key = f"algorithm.{other}"
+        _check(isinstance(section, Mapping), key, f"a mapping of {other}'s options", section)
+        _build(ALGORITHMS[other].Options, section, key)
     own = {k: v for k, v in data.items() if k != "name" and k not in ALGORITHMS}
     own.update(sections.get(name, {}))
-    return AlgorithmSection(name=name, options=_build(ALGORITHMS[name].Options, own, "algorithm"))
+    return AlgorithmSection(name=name, options=_build(method.Options, own, "algorithm"))
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:

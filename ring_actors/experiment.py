@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -28,7 +29,9 @@ from ring_actors.placement import slot_limit
 from ring_actors.recovery import actor_name
 from ring_actors.slots import SlotPool, node_resources, pool_name
 from ring_actors.tracking import resolve_tracking_uri
-from ring_actors.worker_env import actor_runtime_env
+from ring_actors.worker_env import actor_runtime_env, job_runtime_env
+
+log = logging.getLogger(__name__)
 
 CLIENT = ray.remote(ClientActor)
 SLOT_POOL = ray.remote(SlotPool)
@@ -153,18 +156,26 @@ def check_capacity(config: Config) -> None:
         raise PlacementError(_placement_message(config, config.total_clients))
 
 
-def connect_ray(address: str | None, dashboard: bool = False) -> bool:
+def connect_ray(
+    address: str | None, dashboard: bool = False, py_modules: tuple[str, ...] = ()
+) -> bool:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``); start a local Ray otherwise.
 
     A local Ray gets Ray's dashboard only when asked: its processes start slower than the
-    ring's first round and hold more memory than two clients. True when this call started a
-    local Ray, whose size is then fixed (no autoscaler).
+    ring's first round and hold more memory than two clients. ``py_modules`` (the user's own
+    code) go to every worker with the job. True when this call started a local Ray, whose
+    size is then fixed (no autoscaler).
     """
     if ray.is_initialized():
+        if py_modules:
+            log.warning("Ray was started elsewhere: pass ray.py_modules to its runtime_env")
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     local = {} if address else {"include_dashboard": dashboard}
-    ray.init(address=address, log_to_driver=False, configure_logging=False, **local)
+    env = job_runtime_env(py_modules)
+    ray.init(
+        address=address, log_to_driver=False, configure_logging=False, runtime_env=env, **local
+    )
     return address is None
 
 
@@ -259,7 +270,7 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
     global_test = global_test_indices(
         splits, config.eval.global_max_samples, config.experiment.seed
     )
-    if connect_ray(config.ray.address, config.ray.dashboard):
+    if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
         check_capacity(config)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
     global_test_ref = ray.put((dataset.test_x[global_test], dataset.test_y[global_test]))

@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ring_actors.algorithms import ALGORITHMS, Algorithm, TaskSpec
+from ring_actors.algorithms import Algorithm, TaskSpec
 from ring_actors.client_core import ClientData
 from ring_actors.config import Config
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import DatasetArrays
+from ring_actors.plugins import resolve_algorithm
 
 SEED_STRIDE = 100_003  # a prime: client seeds of different experiment seeds never collide
 
@@ -50,7 +51,7 @@ def build_algorithm(
 ) -> Algorithm:
     """The configured method for one client, with its options and seeds."""
     task = task_spec(config, client_id, num_classes, input_shape, device)
-    return ALGORITHMS[config.algorithm.name](config.algorithm.options, task)
+    return resolve_algorithm(config.algorithm.name)(config.algorithm.options, task)
 
 
 def client_data(

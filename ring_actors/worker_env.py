@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from pathlib import Path
+from typing import Any
 
 ALLOCATOR_ENV = {"MALLOC_ARENA_MAX": "2"}
 
@@ -19,6 +21,11 @@ ALLOCATOR_ENV = {"MALLOC_ARENA_MAX": "2"}
 def actor_runtime_env() -> dict[str, dict[str, str]]:
     """The ``runtime_env`` of every actor a run starts (merged with the job's own)."""
     return {"env_vars": dict(ALLOCATOR_ENV)}
+
+
+def job_runtime_env(py_modules: tuple[str, ...]) -> dict[str, Any]:
+    """The driver's ``runtime_env``: the user's own modules, shipped to every worker."""
+    return {"py_modules": [str(Path(m).resolve()) for m in py_modules]} if py_modules else {}
 
 
 def _libc_trim():
