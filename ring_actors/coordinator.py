@@ -46,6 +46,8 @@ class Coordinator:
         self.stopping = threading.Event()
         self.loop = threading.Thread(target=self._control_loop, name="reconcile", daemon=True)
         self.loop.start()
+        self.tracking = threading.Thread(target=self._tracking_loop, name="mlflow", daemon=True)
+        self.tracking.start()
 
     @staticmethod
     def _find(run_key: str):
@@ -58,10 +60,16 @@ class Coordinator:
         return find
 
     def _control_loop(self) -> None:
-        self.core.open_tracking()
         while not self.stopping.is_set():
             self.core.reconcile()
             self.stopping.wait(min(0.2, self.core.config.schedule.heartbeat_s))
+
+    def _tracking_loop(self) -> None:
+        """MLflow off the control path: opening the run and sending metrics."""
+        self.core.open_tracking()
+        while not self.stopping.is_set():
+            self.core.flush_tracking()
+            self.stopping.wait(1.0)
 
     # ---- RPCs ---------------------------------------------------------------------------
 
@@ -116,4 +124,5 @@ class Coordinator:
         """Write the output files, log them to MLflow, close the run; return the summary."""
         self.stopping.set()
         self.loop.join(timeout=5)
+        self.tracking.join(timeout=30)
         return self.core.finalize(wall_s)

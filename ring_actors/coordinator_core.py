@@ -304,10 +304,6 @@ class CoordinatorCore:
             except Exception:  # one failing step must not stop the loop
                 log.exception("coordinator step %s failed", step.__name__)
         try:
-            self.tracker.flush()  # outside the lock: failure detection never waits on it
-        except Exception:
-            log.exception("tracking flush failed")
-        try:
             self._write_partial_outputs()
         except Exception:
             log.exception("writing the run's tables failed")
@@ -323,6 +319,14 @@ class CoordinatorCore:
             summary = {**self.summary(self._now()), "partial": True}
             config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
         write_outputs(self.output_dir, config, summary, rows, events)
+
+    def flush_tracking(self) -> None:
+        """Send buffered metrics to MLflow: called from a thread of its own, so a slow or
+        absent tracking server never delays failure detection."""
+        try:
+            self.tracker.flush()
+        except Exception as err:  # kept buffered; the next call sends it again
+            log.warning("MLflow is not taking metrics (%r); they stay buffered", err)
 
     def open_tracking(self) -> None:
         """Create the MLflow run off the RPC path (a restarted coordinator reopens its own)."""

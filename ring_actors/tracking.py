@@ -50,6 +50,7 @@ class Tracker:
         self.run_id = run_id
         self.client = None
         self._pending: list[tuple[str, float, int, int]] = []
+        self._pending_lock = threading.Lock()  # the control path adds, a tracking thread sends
         self._opening = threading.Lock()
 
     def open(
@@ -79,17 +80,25 @@ class Tracker:
 
     def add_metrics(self, values: Mapping[str, float], step: int) -> None:
         now = int(time.time() * 1000)
-        self._pending.extend((k, float(v), now, step) for k, v in values.items())
+        with self._pending_lock:
+            self._pending.extend((k, float(v), now, step) for k, v in values.items())
 
     def flush(self) -> None:
-        """Send what is buffered (once the run is open)."""
-        from mlflow.entities import Metric
-
+        """Send what is buffered (once the run is open). A batch leaves the buffer only once
+        MLflow took it, so a tracking server that is down loses nothing: the next flush
+        sends it again."""
         if self.client is None:
             return
-        while self._pending:
-            batch, self._pending = self._pending[:_MAX_BATCH], self._pending[_MAX_BATCH:]
+        from mlflow.entities import Metric
+
+        while True:
+            with self._pending_lock:
+                batch = self._pending[:_MAX_BATCH]
+            if not batch:
+                return
             self.client.log_batch(self.run_id, metrics=[Metric(*m) for m in batch])
+            with self._pending_lock:
+                del self._pending[: len(batch)]
 
     def log_artifacts(self, directory: Path, private: tuple[str, ...] = ()) -> None:
         """Upload ``directory``, leaving out the entries named in ``private``."""
