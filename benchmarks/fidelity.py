@@ -39,6 +39,7 @@ from ring_actors.data.images import LabelledImages
 from ring_actors.data.partition import split_clients
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.laps import accumulate
+from ring_actors.method_factory import client_seed
 from ring_actors.protocol import Payload
 from topologies import build_topology
 
@@ -150,7 +151,7 @@ def build_clients(
             local_epochs=setting.local_epochs,
             batch_size=setting.batch_size,
             device=torch.device("cpu"),
-            seed=seed * 100_003 + i,
+            seed=client_seed(seed, i),
             shared_seed=seed,
         )
         algorithm = ALGORITHMS[name](options, task)
