@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
+HOP_S = {"in-process": 0.5, "ray": 4.0}  # schedule.hop_timeout_s of each backend
 
 
 def random_plan(seed: int, backend: str) -> dict[str, Any]:
@@ -49,8 +50,8 @@ def random_plan(seed: int, backend: str) -> dict[str, Any]:
     for client in victims:
         kind = rng.choice(kinds)
         entry: dict[str, Any] = {"at_round": rng.randint(1, rounds - 2), kind: [client]}
-        if kind == "hang":
-            entry["for_s"] = rng.choice([1.5, 2.5])
+        if kind == "hang":  # longer than the probe timeout, so it is a hang to detect
+            entry["for_s"] = rng.choice([3, 5]) * HOP_S[backend]
         if kind == "slow":
             entry["delay_s"] = rng.choice([0.1, 0.3])
         plan["faults"].append(entry)
@@ -63,7 +64,7 @@ def random_plan(seed: int, backend: str) -> dict[str, Any]:
 
 def plan_config(plan: dict[str, Any], backend: str, workdir: Path) -> dict[str, Any]:
     """The experiment config of a plan (small data; short timeouts in process)."""
-    hop = 0.5 if backend == "in-process" else 4.0
+    hop = HOP_S[backend]
     topology = {"kind": plan["topology"]}
     if plan["topology"] == "dynamic":
         topology |= {"degree": 2}
