@@ -54,6 +54,6 @@ class FedProx(DFedAvg):
                 self.optimizer.zero_grad(set_to_none=True)
                 (loss + 0.5 * self.options.mu * pull).backward()
                 self.optimizer.step()
-                total += float(loss)
+                total += float(loss.detach())
                 steps += 1
         return {"loss": total / max(1, steps)}
