@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ring_actors.algorithms import ALGORITHMS, AlgorithmOptions
+from ring_actors.algorithms import Algorithm, AlgorithmOptions
 from ring_actors.algorithms.drdfl import DRDFLOptions
 from ring_actors.data.sources import DATASETS
 from ring_actors.plugins import PluginError, known_names, resolve_algorithm
@@ -252,6 +252,8 @@ class FaultSection:
             _check(self.delay_s > 0, "faults[].delay_s", "a number > 0", self.delay_s)
         if self.hang:
             _check(self.for_s > 0, "faults[].for_s", "a number > 0", self.for_s)
+        _check(self.for_s >= 0, "faults[].for_s", "a number >= 0", self.for_s)
+        _check(self.delay_s >= 0, "faults[].delay_s", "a number >= 0", self.delay_s)
         _check(self.join >= 0, "faults[].join", "an int >= 0 (clients joining)", self.join)
 
 
@@ -284,11 +286,16 @@ class Config:
         """Plain nested dict, as written to ``config.yaml`` and logged as MLflow params."""
         out = dataclasses.asdict(self)
         out["algorithm"] = self.algorithm.to_dict()
-        out["faults"] = [
-            {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(f).items()}
-            for f in self.faults
-        ]
-        return out
+        return _plain(out)
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, all the way down: what YAML and MLflow params read back alike."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _describe(tp: Any) -> str:
@@ -350,7 +357,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
+    unknown = sorted(set(data) - set(names), key=str)  # YAML keys need not be strings
     if unknown:
         where = f"{prefix}." if prefix else ""
         raise ConfigError(f"unknown key {where}{unknown[0]}; allowed keys here: {', '.join(names)}")
@@ -374,27 +381,40 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
         raise ConfigError(f"{prefix}.{err}" if prefix else str(err)) from err
 
 
+def _method_sections(data: Mapping[Any, Any], chosen: str) -> dict[str, Any]:
+    """The keys under ``algorithm`` that are a method's own section rather than an option."""
+    methods = {*known_names(), chosen}
+    return {k: v for k, v in data.items() if isinstance(k, str) and (k in methods or ":" in k)}
+
+
+def _method_choices() -> str:
+    return f"one of {', '.join(known_names())}, or module:Class of your own method"
+
+
+def _resolve(name: str, key: str) -> type[Algorithm]:
+    try:
+        return resolve_algorithm(name)
+    except PluginError as err:
+        raise ConfigError(f"{key}: {err}; must be {_method_choices()}") from err
+
+
 def _build_algorithm(data: Mapping[str, Any]) -> AlgorithmSection:
     """The chosen method's options: the keys beside ``name``, then its own section.
 
-    A section named after a method (``algorithm: {dfedavg: {lr: 0.01}}``) holds that
-    method's options; every section is checked against its method, and the chosen one's
-    applies.
+    A section named after a method (``algorithm: {dfedavg: {lr: 0.01}}``, or
+    ``"my_module:MyMethod": {...}``) holds that method's options; every section is checked
+    against its method, and only the chosen one's applies, over the keys beside ``name``.
     """
     _check(isinstance(data, Mapping), "algorithm", "a mapping of keys")
     name = data.get("name", AlgorithmSection.name)
-    allowed = f"one of {', '.join(known_names())}, or module:Class of your own method"
-    _check(isinstance(name, str), "algorithm.name", allowed, name)
-    try:
-        method = resolve_algorithm(name)
-    except PluginError as err:
-        raise ConfigError(f"algorithm.name: {err}; must be {allowed}") from err
-    sections = {k: v for k, v in data.items() if k in ALGORITHMS}
+    _check(isinstance(name, str), "algorithm.name", _method_choices(), name)
+    method = _resolve(name, "algorithm.name")
+    sections = _method_sections(data, name)
     for other, section in sections.items():
         key = f"algorithm.{other}"
         _check(isinstance(section, Mapping), key, f"a mapping of {other}'s options", section)
-        _build(ALGORITHMS[other].Options, section, key)
-    own = {k: v for k, v in data.items() if k != "name" and k not in ALGORITHMS}
+        _build(_resolve(other, key).Options, section, key)
+    own = {k: v for k, v in data.items() if k != "name" and k not in sections}
     own.update(sections.get(name, {}))
     return AlgorithmSection(name=name, options=_build(method.Options, own, "algorithm"))
 
@@ -441,9 +461,12 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
     """Read ``path`` (YAML; none means defaults), apply overrides, and validate.
 
-    A file's setting serves any method: when the overrides choose another method than the
-    file's, the file's options for its own method are left behind (the setting's keys,
-    method sections and the options given on the command line stay).
+    A file's setting serves any method. Under ``algorithm``, a section named after a method
+    holds that method's options, and the keys beside ``name`` apply to the chosen method.
+    When the overrides choose another method than the file's, the file's keys beside
+    ``name`` stay behind (they were its method's), except the setting's ``backbone``. An
+    option given on the command line (``algorithm.lr=0.05``) beats the chosen method's
+    section in the file.
     """
     data: dict[str, Any] = {}
     if path is not None:
@@ -459,12 +482,23 @@ SETTING_OPTIONS = ("name", "backbone")  # options that describe the setting, not
 def _for_chosen_method(
     data: Mapping[str, Any], merged: dict[str, Any], overrides: Sequence[str]
 ) -> dict[str, Any]:
-    before, after = data.get("algorithm"), merged.get("algorithm")
-    if not isinstance(before, Mapping) or not isinstance(after, dict):
-        return merged
-    default = AlgorithmSection.name
-    if after.get("name", default) == before.get("name", default):
-        return merged
-    given = {parse_override(o)[0][1] for o in overrides if o.startswith("algorithm.")}
-    kept = {*SETTING_OPTIONS, *ALGORITHMS, *given}
-    return {**merged, "algorithm": {k: v for k, v in after.items() if k in kept}}
+    """``merged`` with its ``algorithm`` keys as :func:`load_config` says the method takes them."""
+    after = merged.get("algorithm")
+    name = after.get("name", AlgorithmSection.name) if isinstance(after, dict) else None
+    if not isinstance(name, str):
+        return merged  # config_from_dict names what is wrong
+    before = data.get("algorithm")
+    before = before if isinstance(before, Mapping) else {}
+    sections = _method_sections(after, name)
+    paths = [parse_override(o)[0] for o in overrides]
+    given = {p[1] for p in paths if len(p) == 2 and p[0] == "algorithm"}
+    if ["algorithm"] in paths:  # the whole mapping came from the command line
+        given |= set(after)
+    given -= set(sections)
+    kept = dict(after)
+    if name != before.get("name", AlgorithmSection.name):
+        kept = {k: v for k, v in after.items() if k in {*SETTING_OPTIONS, *sections, *given}}
+    own = kept.get(name)
+    if isinstance(own, dict):
+        kept[name] = {k: v for k, v in own.items() if k not in given}
+    return {**merged, "algorithm": kept}

@@ -1,13 +1,20 @@
 """Methods from outside the package: ``algorithm.name=my_module:MyMethod`` (any importable
 class implementing :class:`~ring_actors.algorithms.Algorithm`), or a name that an installed
-package registers under the ``ring_actors.algorithms`` entry-point group."""
+package registers under the ``ring_actors.algorithms`` entry-point group.
+
+The config check and the code that builds a client's method both resolve names here, so a
+name that passes validation is the class every client runs.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
+from collections.abc import Callable
 from importlib.metadata import entry_points
 
-from ring_actors.algorithms import ALGORITHMS, Algorithm
+from ring_actors.algorithms import ALGORITHMS, Algorithm, AlgorithmOptions
 
 ENTRY_POINTS = "ring_actors.algorithms"
 
@@ -22,18 +29,28 @@ def resolve_algorithm(name: str) -> type[Algorithm]:
         return ALGORITHMS[name]
     if ":" in name:
         module, _, attribute = name.partition(":")
-        try:
-            found = getattr(importlib.import_module(module), attribute)
-        except (ImportError, AttributeError) as err:
-            raise PluginError(f"cannot import {name!r}: {err}") from err
+        found = _load(name, lambda: getattr(importlib.import_module(module), attribute))
     else:
         registered = {e.name: e for e in entry_points(group=ENTRY_POINTS)}
         if name not in registered:
             raise PluginError(f"unknown method {name!r}")
-        found = registered[name].load()
+        found = _load(name, registered[name].load)
     if not (isinstance(found, type) and issubclass(found, Algorithm)):
         raise PluginError(f"{name!r} is not a subclass of ring_actors.algorithms.Algorithm")
+    if inspect.isabstract(found):
+        raise PluginError(f"{name!r} is abstract: it leaves methods of Algorithm unimplemented")
+    options = found.Options
+    if not (dataclasses.is_dataclass(options) and issubclass(options, AlgorithmOptions)):
+        raise PluginError(f"{name!r}: its Options must be a dataclass subclass of AlgorithmOptions")
     return found
+
+
+def _load(name: str, load: Callable[[], object]) -> object:
+    """Run the user's import; whatever it raises becomes a PluginError naming the method."""
+    try:
+        return load()
+    except Exception as err:  # a user's module may fail to import in any way
+        raise PluginError(f"cannot import {name!r}: {type(err).__name__}: {err}") from err
 
 
 def known_names() -> list[str]:

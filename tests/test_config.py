@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ring_actors.algorithms import ALGORITHMS, AlgorithmOptions
 from ring_actors.algorithms.drdfl import DRDFLOptions
@@ -259,6 +261,71 @@ def test_shared_algorithm_options_apply_to_every_method():
         assert config.algorithm.options.optimizer == "sgd"
 
 
+# ---- setting and method apart ----------------------------------------------------------------
+
+PAPER = QUICKSTART.parent / "paper"
+# One cell of each family: their method options sit in a section named after the method.
+CELLS = [
+    PAPER / f"{c}.yaml"
+    for c in (
+        "drdfl-cifar10-dir0.1",
+        "gene-fl-svhn-shard4",
+        "pfedgm-cifar100-dir0.5",
+        "ua-pdfl-svhn-dir5",
+    )
+]
+
+
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
+@pytest.mark.parametrize("cell", CELLS, ids=lambda p: p.stem)
+def test_every_method_runs_on_a_paper_cell_with_its_own_defaults(cell, method):
+    own = load_config(cell)
+    config = load_config(cell, [f"algorithm.name={method}"])
+    raw = yaml.safe_load(cell.read_text())["algorithm"]
+    defaults = ALGORITHMS[method].Options()
+    setting = {"backbone": raw["backbone"]} if "backbone" in raw else {}
+    if method == own.algorithm.name:
+        assert config == own  # naming the cell's own method changes nothing
+    else:
+        assert config.algorithm.options == dataclasses.replace(defaults, **setting)
+    assert (config.data, config.clients, config.schedule, config.faults) == (
+        own.data,
+        own.clients,
+        own.schedule,
+        own.faults,
+    )
+
+
+def test_paper_cells_keep_method_options_in_the_methods_section():
+    for path in sorted(PAPER.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text())["algorithm"]
+        assert set(raw) <= {"name", "backbone", raw["name"]}, path.name
+        assert isinstance(raw[raw["name"]], dict), path.name
+
+
+def test_a_command_line_option_beats_the_chosen_methods_section():
+    cell = CELLS[0]
+    in_file = yaml.safe_load(cell.read_text())["algorithm"]["drdfl"]
+    config = load_config(cell, ["algorithm.lr=0.05"])
+    assert config.algorithm.options.lr == 0.05 != in_file["lr"]
+    assert config.algorithm.options.alpha == in_file["alpha"]  # the rest of the section holds
+    assert load_config(cell, ["algorithm.drdfl.lr=0.07"]).algorithm.options.lr == 0.07
+    whole = load_config(cell, ["algorithm={name: dfedavg, lr: 0.2}"]).algorithm
+    assert (whole.name, whole.options.lr, whole.options.backbone) == ("dfedavg", 0.2, "cnn")
+
+
+def test_another_methods_section_is_checked_but_not_applied(tmp_path):
+    path = tmp_path / "cell.yaml"
+    path.write_text("algorithm: {name: drdfl, lr: 0.002, dfedavg: {lr: 0.3, optimizer: sgd}}\n")
+    assert load_config(path).algorithm.options.lr == 0.002
+    chosen = load_config(path, ["algorithm.name=dfedavg"]).algorithm.options
+    assert (chosen.lr, chosen.optimizer) == (0.3, "sgd")
+    path.write_text("algorithm: {name: drdfl, dfedavg: {alpha: 0.5}}\n")
+    assert "unknown key algorithm.dfedavg.alpha" in error_of([], path)
+    path.write_text("algorithm: {name: drdfl, dfedavg: {lr: .inf}}\n")
+    assert error_of([], path).startswith("algorithm.dfedavg.lr:")
+
+
 # ---- faults --------------------------------------------------------------------------------
 
 
@@ -323,3 +390,70 @@ def test_to_dict_round_trips(overrides):
     again = config_from_dict(data)
     assert again == config
     assert type(again.algorithm.options) is type(config.algorithm.options)
+
+
+# ---- any input: a config or a ConfigError ------------------------------------------------------
+
+
+def _field_names(cls: type) -> set[str]:
+    names = set()
+    for f in dataclasses.fields(cls):
+        names.add(f.name)
+        inner = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        if inner is not None and dataclasses.is_dataclass(inner):
+            names |= _field_names(inner)
+    return names
+
+
+NAMES = sorted(
+    _field_names(Config)
+    | {f.name for m in ALGORITHMS.values() for f in dataclasses.fields(m.Options)}
+    | set(ALGORITHMS)
+    | {"name", "examples.fedprox:FedProx", "x"}
+)
+keys = st.one_of(st.sampled_from(NAMES), st.integers(-2, 2), st.booleans(), st.text(max_size=4))
+leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(),
+    st.sampled_from(["cnn", "ring", "sync", "dfedavg", "drdfl", "1e-3", "../x", "a:b"]),
+    st.text(max_size=6),
+)
+values = st.recursive(
+    leaves,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner, max_size=4)),
+    max_leaves=12,
+)
+overrides = st.lists(
+    st.builds(
+        lambda path, value: f"{'.'.join(path)}={value}",
+        st.lists(st.sampled_from(NAMES), min_size=1, max_size=3),
+        st.one_of(
+            st.sampled_from(["", "null", "[1]", "{a: 1}", ".inf", "-1"]), st.text(max_size=6)
+        ),
+    ),
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tree=st.dictionaries(keys, values, max_size=5), extra=overrides)
+def test_any_yaml_file_and_overrides_give_a_config_or_a_config_error(tmp_path, tree, extra):
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    try:
+        config = load_config(path, extra)
+    except ConfigError as err:
+        assert str(err)
+    else:
+        assert config_from_dict(config.to_dict()) == config  # what a run writes reads back
+
+
+def test_keys_of_mixed_types_are_a_config_error():
+    with pytest.raises(ConfigError, match="unknown key"):
+        config_from_dict({1: 2, "x": 3})
+    with pytest.raises(ConfigError, match="unknown key experiment"):
+        config_from_dict({"experiment": {True: 1, "x": 2}})

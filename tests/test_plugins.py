@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from examples.fedprox import FedProx, FedProxOptions
 from ring_actors.config import ConfigError, load_config
-from ring_actors.plugins import PluginError, resolve_algorithm
-from tests.test_in_process import ring
+from ring_actors.method_factory import build_algorithm
+from ring_actors.plugins import PluginError, known_names, resolve_algorithm
+from tests.algorithms.synthetic import separable
+from tests.test_in_process import CLASSES, SHAPE, ring
+
+LAB_METHOD = """
+from ring_actors.algorithms.dfedavg import DFedAvg
+
+
+class LabAverage(DFedAvg):
+    '''DFedAvg under another name, from a folder outside the project.'''
+"""
 
 
 def test_a_class_path_names_a_method_and_its_options_are_checked():
@@ -23,7 +34,10 @@ def test_a_class_path_names_a_method_and_its_options_are_checked():
     [
         ("examples.nowhere:FedProx", "cannot import"),
         ("examples.fedprox:Missing", "cannot import"),
+        (":FedProx", "cannot import"),
+        ("..relative:FedProx", "cannot import"),
         ("collections:OrderedDict", "not a subclass"),
+        ("ring_actors.algorithms.base:Algorithm", "abstract"),
         ("no_such_method", "unknown method"),
     ],
 )
@@ -32,6 +46,59 @@ def test_a_name_that_is_not_a_method_is_refused(name, why):
         resolve_algorithm(name)
     with pytest.raises(ConfigError, match="algorithm.name"):
         load_config(None, [f"algorithm.name={name}"])
+
+
+def test_a_module_that_fails_to_import_is_a_config_error(tmp_path, monkeypatch):
+    (tmp_path / "broken_lab.py").write_text("raise RuntimeError('no GPU driver here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="RuntimeError: no GPU driver here"):
+        load_config(None, ["algorithm.name=broken_lab:Method"])
+
+
+def test_a_plug_in_methods_section_applies_when_it_is_chosen(tmp_path):
+    path = tmp_path / "cell.yaml"
+    path.write_text('algorithm: {name: drdfl, "examples.fedprox:FedProx": {mu: 0.3}}\n')
+    assert load_config(path).algorithm.name == "drdfl"
+    chosen = load_config(path, ["algorithm.name=examples.fedprox:FedProx"])
+    assert chosen.algorithm.options == FedProxOptions(mu=0.3)
+    path.write_text('algorithm: {name: drdfl, "examples.nowhere:X": {}}\n')
+    with pytest.raises(ConfigError, match="algorithm.examples.nowhere:X"):
+        load_config(path)
+
+
+def test_an_installed_package_registers_a_method_by_entry_point(tmp_path, monkeypatch):
+    (tmp_path / "lab_methods.py").write_text(LAB_METHOD)
+    info = tmp_path / "lab_methods-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-methods\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[ring_actors.algorithms]\nlab_average = lab_methods:LabAverage\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "lab_average" in known_names()
+    config = load_config(None, ["algorithm.name=lab_average", "algorithm.lr=0.01"])
+    assert resolve_algorithm(config.algorithm.name).__name__ == "LabAverage"
+    assert config.algorithm.options.lr == 0.01
+
+
+def _moved_by_one_round(mu: float) -> float:
+    """How far one round of eight SGD steps takes the model from where it began."""
+    overrides = [
+        "algorithm.name=examples.fedprox:FedProx",
+        f"algorithm.mu={mu}",
+        "algorithm.optimizer=sgd",
+        "algorithm.lr=0.05",
+        "clients.batch_size=8",
+    ]
+    method = build_algorithm(load_config(None, overrides), 0, CLASSES, SHAPE, torch.device("cpu"))
+    start = [p.detach().clone() for p in method.model.parameters()]
+    method.train_round(separable(64, CLASSES, SHAPE, seed=0))
+    moved = zip(method.model.parameters(), start, strict=True)
+    return sum(float((p.detach() - s).norm()) for p, s in moved)
+
+
+def test_the_proximal_term_keeps_local_training_near_its_start():
+    assert _moved_by_one_round(10.0) < 0.5 * _moved_by_one_round(0.0)
 
 
 def test_a_plug_in_method_trains_in_a_ring(tmp_path):

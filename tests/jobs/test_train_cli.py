@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import torch
 import yaml
 
+from ring_actors.algorithms import ALGORITHMS
+from ring_actors.config import load_config
+from ring_actors.data.sources import dataset_facts
+from ring_actors.method_factory import build_algorithm
 from tests.conftest import DATA_ROOT, needs_data
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
+CELL = "jobs/configs/paper/drdfl-cifar10-dir0.1.yaml"
 
 
-def run(*args: str) -> tuple[str, bool]:
-    """The command's output, and whether it imported Ray."""
+def run(*args: str, expect: int = 0) -> tuple[str, bool]:
+    """The command's output (stdout, then stderr), and whether it imported Ray."""
     code = (
         "import sys; from jobs.train import main; code = main(sys.argv[1:]); "
         "print('RAY-IMPORTED' if 'ray' in sys.modules else 'NO-RAY'); sys.exit(code)"
@@ -21,15 +29,18 @@ def run(*args: str) -> tuple[str, bool]:
     done = subprocess.run(
         [sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout, "RAY-IMPORTED" in done.stdout
+    assert done.returncode == expect, done.stderr[-2000:]
+    return done.stdout + done.stderr, "RAY-IMPORTED" in done.stdout
 
 
 def test_list_names_every_method_dataset_topology_and_paper_config():
     out, imported_ray = run("--list")
-    for name in ("drdfl", "dfedavg", "fashion-mnist", "dirichlet", "exponential"):
+    for name in (*ALGORITHMS, "fashion-mnist", "dirichlet", "exponential"):
         assert name in out
-    assert "drdfl-cifar10-dir0.1.yaml" in out and not imported_ray
+    assert "latent_learngene=100" in out  # a method's option with its default
+    for path in sorted((REPO / "jobs/configs/paper").glob("*.yaml")):
+        assert re.search(rf"{re.escape(path.name)}\s+.*reproduces \d{{3}} ", out), path.name
+    assert not imported_ray
 
 
 def test_print_config_is_the_resolved_config_with_defaults():
@@ -40,8 +51,40 @@ def test_print_config_is_the_resolved_config_with_defaults():
     assert not imported_ray
 
 
+def test_print_config_of_a_paper_cell_under_another_method():
+    out, imported_ray = run("--config", CELL, "--print-config", "algorithm.name=ua_pdfl")
+    printed = yaml.safe_load(out.rsplit("\n", 2)[0])
+    expected = load_config(CELL, ["algorithm.name=ua_pdfl"]).to_dict()
+    assert printed == expected and printed["algorithm"]["threshold"] == 0.1
+    assert printed["data"]["partition"]["beta"] == 0.1 and not imported_ray
+
+
+def test_a_bad_config_stops_before_ray_naming_the_key():
+    for override, key in [
+        ("experiment.name=../../escaped", "experiment.name"),
+        ("algorithm.lr=.inf", "algorithm.lr"),
+        ("experiment.seed=-1", "experiment.seed"),
+    ]:
+        out, imported_ray = run("--dry-run", override, expect=2)
+        assert f"config error: {key}:" in out and not imported_ray
+
+
 @needs_data
 def test_dry_run_checks_the_data_and_prints_the_plan():
     out, imported_ray = run("--dry-run", f"data.root={DATA_ROOT}", "clients.count=4")
     assert "(found)" in out and "4 (4 at the start)" in out and "MB per hop" in out
+    assert not imported_ray
+
+
+@needs_data
+def test_dry_run_measures_a_plug_in_methods_bytes_per_hop():
+    overrides = [f"data.root={DATA_ROOT}", "algorithm.name=examples.fedprox:FedProx"]
+    out, imported_ray = run("--dry-run", *overrides)
+    config = load_config(REPO / "jobs/configs/quickstart.yaml", overrides)
+    facts = dataset_facts(config.data.dataset, config.data.root)
+    method = build_algorithm(
+        config, 0, facts["num_classes"], facts["input_shape"], torch.device("cpu")
+    )
+    hop = sum(t.numel() * t.element_size() for t in method.shared_state().values())
+    assert hop > 0 and f"examples.fedprox:FedProx, {hop / 1e6:.3f} MB per hop" in out
     assert not imported_ray
