@@ -173,7 +173,7 @@ class ScheduleSection:
     on_client_error: Literal["drop", "stop"] = "drop"
     # The run is stopped, with a diagnosis, once no member has finished a round for this
     # many hop timeouts.
-    stall_hops: float = 10.0
+    stall_hops: float = 30.0
     max_payload_bytes: int = 2**31  # a larger payload is refused before it is merged
 
     def __post_init__(self) -> None:

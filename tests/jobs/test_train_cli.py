@@ -47,7 +47,7 @@ def test_print_config_is_the_resolved_config_with_defaults():
     out, imported_ray = run("--print-config", "clients.count=4", "algorithm.name=dfedavg")
     printed = yaml.safe_load(out.rsplit("\n", 2)[0])
     assert printed["clients"]["count"] == 4 and printed["algorithm"]["name"] == "dfedavg"
-    assert printed["schedule"]["stall_hops"] == 10.0  # a default no file sets, shown
+    assert printed["schedule"]["stall_hops"] == 30.0  # a default no file sets, shown
     assert not imported_ray
 
 
