@@ -165,10 +165,10 @@ def client_data(spec: dict[str, Any], client: int) -> tuple[Any, Any]:
 
 def new_fedavg(spec: dict[str, Any], task: Any) -> Any:
     """The algorithm object a ring client builds: ``FedAvg`` with the ring's options."""
-    from ring_actors.algorithms import ALGORITHMS
+    from ring_actors.plugins import resolve_algorithm
 
     config = ring_config(spec)
-    return ALGORITHMS[config.algorithm.name](config.algorithm.options, task)
+    return resolve_algorithm(config.algorithm.name)(config.algorithm.options, task)
 
 
 def round_figures(ends: list[float], start: float) -> dict[str, Any]:

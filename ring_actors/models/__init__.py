@@ -7,14 +7,17 @@ from torch import nn
 from ring_actors.models.resnet import ResNet18
 from ring_actors.models.small_cnn import SmallCNN
 
-BACKBONES = ("cnn", "resnet18")
+BACKBONES = ("cnn", "resnet18")  # every method's choices (AlgorithmOptions.backbone)
+# Offered by the methods that need them: the small CNN with BatchNorm, for FedBN.
+EXTRA_BACKBONES = ("cnn_bn",)
 
 
 def build_backbone(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     """A fresh backbone by name for images of ``input_shape`` = (C, H, W)."""
     channels, height, _ = input_shape
-    if name == "cnn":
-        return SmallCNN(channels, height, num_classes)
+    if name in ("cnn", "cnn_bn"):
+        return SmallCNN(channels, height, num_classes, batch_norm=name == "cnn_bn")
     if name == "resnet18":
         return ResNet18(channels, num_classes)
-    raise ValueError(f"unknown backbone {name!r}; allowed: {', '.join(BACKBONES)}")
+    allowed = ", ".join((*BACKBONES, *EXTRA_BACKBONES))
+    raise ValueError(f"unknown backbone {name!r}; allowed: {allowed}")
