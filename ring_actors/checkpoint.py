@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,9 @@ class CoordinatorRecord:
     errors: list[dict[str, Any]]
     hung: list[int]
     healing: list[tuple[float, int]]
+    # Metrics queued for MLflow that it had not yet taken: sent again after a restart
+    # (MLflow keeps one copy of a metric it is sent twice with the same timestamp).
+    unsent_metrics: list[tuple[str, float, int, int]] = field(default_factory=list)
 
 
 def write_record(path: Path, record: CoordinatorRecord) -> None:
@@ -61,6 +64,7 @@ def read_record(path: Path) -> CoordinatorRecord | None:
     }
     raw["done"] = {int(c): d for c, d in raw["done"].items()}
     raw["healing"] = [tuple(h) for h in raw["healing"]]
+    raw["unsent_metrics"] = [tuple(m) for m in raw.get("unsent_metrics", [])]
     return CoordinatorRecord(**raw)
 
 

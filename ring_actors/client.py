@@ -76,7 +76,10 @@ class ClientActor:
         elif context.was_current_actor_reconstructed:
             restored = self.core.load_checkpoint()
             me = RayClientHandle(context.current_actor)
-            control.rejoin(client_id, me, context.get_node_id(), restored)
+            back = control.rejoin(client_id, me, context.get_node_id(), restored)
+            if back is not None:  # started from the answer: no call to this process is lost
+                self.core.set_view(back.view, back.handles)
+                self.core.start(back.first_round, back.joining)
 
     def describe(self) -> dict:
         """Placement facts, returned once the actor is constructed."""

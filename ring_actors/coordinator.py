@@ -16,7 +16,7 @@ from ring_actors.coordinator_core import CHECKPOINT, CoordinatorCore
 from ring_actors.ray_transport import RayClientHandle
 from ring_actors.recovery import actor_name
 from ring_actors.tracking import Tracker
-from ring_actors.transport import ClientHandle
+from ring_actors.transport import ClientHandle, Readmission
 
 __all__ = ["CHECKPOINT", "Coordinator"]
 
@@ -39,14 +39,17 @@ class Coordinator:
     ) -> None:
         out = Path(output_dir)
         experiment = config.tracking.experiment or config.experiment.name
-        tracker = Tracker(tracking_uri, experiment, out.name)
+        tracker = Tracker(tracking_uri, experiment, out.name, output_dir=out)
         self.core = CoordinatorCore(config, out, tracker, find_client=self._find(run_key))
         # Restarted by Ray mid-run it finds its clients; for a resumed run they register anew.
         self.core.restore(adopt_clients=not resume)
         self.stopping = threading.Event()
         self.loop = threading.Thread(target=self._control_loop, name="reconcile", daemon=True)
         self.loop.start()
-        self.tracking = threading.Thread(target=self._tracking_loop, name="mlflow", daemon=True)
+        # MLflow is imported and the run created off the RPC path, while the ring starts.
+        self.tracking = threading.Thread(
+            target=self.core.open_tracking, name="mlflow-open", daemon=True
+        )
         self.tracking.start()
 
     @staticmethod
@@ -63,13 +66,6 @@ class Coordinator:
         while not self.stopping.is_set():
             self.core.reconcile()
             self.stopping.wait(min(0.2, self.core.config.schedule.heartbeat_s))
-
-    def _tracking_loop(self) -> None:
-        """MLflow off the control path: opening the run and sending metrics."""
-        self.core.open_tracking()
-        while not self.stopping.is_set():
-            self.core.flush_tracking()
-            self.stopping.wait(1.0)
 
     # ---- RPCs ---------------------------------------------------------------------------
 
@@ -96,8 +92,8 @@ class Coordinator:
 
     def rejoin(
         self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
-    ) -> None:
-        self.core.rejoin(client_id, handle, node_id, checkpoint_round)
+    ) -> Readmission | None:
+        return self.core.rejoin(client_id, handle, node_id, checkpoint_round)
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         self.core.report_round(client_id, round_, metrics)

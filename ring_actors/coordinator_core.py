@@ -26,7 +26,13 @@ from ring_actors.membership import MembershipTable, MemberState
 from ring_actors.protocol import JournalEntry
 from ring_actors.timeouts import Timeouts
 from ring_actors.tracking import Tracker, flatten, write_outputs
-from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable, Pending
+from ring_actors.transport import (
+    ClientHandle,
+    PeerGone,
+    PeerUnavailable,
+    Pending,
+    Readmission,
+)
 
 log = logging.getLogger(__name__)
 
@@ -137,20 +143,20 @@ class CoordinatorCore:
 
     def rejoin(
         self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
-    ) -> None:
-        """A crashed client that was restarted is spliced in again and started.
-
-        With a checkpoint it resumes its private state; without one it starts as a newcomer
-        from its predecessor's hand-off.
+    ) -> Readmission | None:
+        """A crashed client that was restarted is spliced in again; it starts itself from
+        the answer. With a checkpoint it resumes its private state; without one it starts
+        as a newcomer from its predecessor's hand-off. None when nobody is left to join.
         """
         with self.lock:
             if self.table.is_live(client_id):  # back before the probes noticed it was gone
                 self._mark_dead(client_id, "crash", "restarted")
             self.probes.pop(client_id, None)  # a probe of the old process must not kill the new
             self.suspects.discard(client_id)
+            self.hung.discard(client_id)
             live = self.table.live
             if not live:
-                return
+                return None
             after = random.Random(self.table.epoch).choice(live)
             first_round = self._entry_round()
             self.handles[client_id] = handle
@@ -165,7 +171,9 @@ class CoordinatorCore:
             self._broadcast()
             if checkpoint_round is None:
                 self.handles[after].hand_off(client_id, handle)
-            handle.start(first_round, checkpoint_round is None)
+            view = self.table.view()
+            handles = {c: self.handles[c] for c in view.members}
+            return Readmission(first_round, checkpoint_round is None, view, handles)
 
     def _predecessor(self, client_id: int) -> int:
         order = self.table.order
@@ -320,16 +328,10 @@ class CoordinatorCore:
             config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
         write_outputs(self.output_dir, config, summary, rows, events)
 
-    def flush_tracking(self) -> None:
-        """Send buffered metrics to MLflow: called from a thread of its own, so a slow or
-        absent tracking server never delays failure detection."""
-        try:
-            self.tracker.flush()
-        except Exception as err:  # kept buffered; the next call sends it again
-            log.warning("MLflow is not taking metrics (%r); they stay buffered", err)
-
     def open_tracking(self) -> None:
-        """Create the MLflow run off the RPC path (a restarted coordinator reopens its own)."""
+        """Start the tracker's writer, which creates the MLflow run (a restarted coordinator
+        reopens its own) and then sends buffered metrics on its own thread: a slow or absent
+        tracking server never delays failure detection."""
         config = self.config
         tags = {
             "algorithm": config.algorithm.name,
@@ -338,10 +340,7 @@ class CoordinatorCore:
             "mode": config.schedule.mode,
             "output_dir": str(self.output_dir),
         }
-        try:
-            self.tracker.open(flatten(config.to_dict()), tags)
-        except Exception:  # the loop must run; finalize retries and then reports the error
-            log.exception("could not open the MLflow run")
+        self.tracker.open(flatten(config.to_dict()), tags)
 
     def _settle_probes(self) -> None:
         """A probe that raised means crashed; one unanswered past the timeout, hung."""
@@ -455,6 +454,7 @@ class CoordinatorCore:
                 errors=self.errors,
                 hung=sorted(self.hung),
                 healing=self.healing,
+                unsent_metrics=self.tracker.unsent(),
             ),
         )
 
@@ -468,6 +468,7 @@ class CoordinatorCore:
             return False
         with self.lock:
             self.tracker.run_id = saved.run_id
+            self.tracker.requeue(saved.unsent_metrics)
             self.table = MembershipTable.from_record(saved.table)
             self.started_at = time.monotonic() - saved.elapsed_s
             self.rows, self.events = saved.rows, saved.events
@@ -610,7 +611,10 @@ class CoordinatorCore:
         write_outputs(self.output_dir, config, summary, rows, events)
         private = () if self.config.tracking.upload_checkpoints else PRIVATE_OUTPUTS
         self.tracker.log_artifacts(self.output_dir, private)
-        self.tracker.end()
+        unsent = self.tracker.end()
+        if unsent is not None:  # MLflow did not take everything: the summary says where it is
+            summary["mlflow"]["unsent_metrics"] = str(unsent)
+            write_outputs(self.output_dir, config, summary, rows, events)
         return summary
 
     def summary(self, wall_s: float) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from ring_actors.membership import View
 from ring_actors.protocol import Payload
-from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable
+from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable, Readmission
 
 
 @dataclass(frozen=True)
@@ -96,5 +96,5 @@ class RayControlLink:
 
     def rejoin(
         self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
-    ) -> None:
-        self.actor.rejoin.remote(client_id, handle, node_id, checkpoint_round)
+    ) -> Readmission | None:
+        return ray.get(self.actor.rejoin.remote(client_id, handle, node_id, checkpoint_round))

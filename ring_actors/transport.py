@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from ring_actors.membership import View
@@ -57,8 +58,23 @@ class ClientHandle(Protocol):
     def journal(self) -> Pending[list[dict]]: ...
 
 
+@dataclass(frozen=True)
+class Readmission:
+    """The coordinator's answer to a restarted client: where it stands in the ring now.
+
+    The client starts itself from this answer. A call the coordinator made to it instead
+    could reach the dead process's address while Ray is still restarting it, and be lost.
+    """
+
+    first_round: int
+    joining: bool  # no checkpoint: wait for the predecessor's hand-off first
+    view: View
+    handles: Mapping[int, ClientHandle]
+
+
 class ControlLink(Protocol):
-    """A client's one-way reports to the coordinator (fire and forget)."""
+    """A client's reports to the coordinator: one-way (fire and forget), but for a
+    restarted client's ``rejoin``, which waits for its :class:`Readmission`."""
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None: ...
 
@@ -72,7 +88,8 @@ class ControlLink(Protocol):
 
     def rejoin(
         self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
-    ) -> None: ...
+    ) -> Readmission | None:
+        """Splice this restarted client in again; None when no live member is left."""
 
 
 def wait_all(calls: Mapping[int, Pending[Any]], timeout: float) -> dict[int, Any]:

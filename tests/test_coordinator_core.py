@@ -3,6 +3,7 @@ the round watchdog, and a checkpoint written before the coordinator acts."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -12,7 +13,7 @@ import pytest
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator_core import CoordinatorCore
 from ring_actors.membership import MemberState
-from ring_actors.tracking import Tracker
+from ring_actors.tracking import Retry, Tracker
 from ring_actors.transport import PeerGone, PeerUnavailable
 
 
@@ -197,19 +198,35 @@ def test_reports_from_outside_the_run_are_ignored(tmp_path):
     assert 42 not in core.table.members and not core.errors and not core.done
 
 
-def test_tracking_never_holds_the_lock_failure_detection_needs(tmp_path):
+def test_a_tracking_server_that_never_answers_holds_up_no_report_or_reconcile(tmp_path):
     core, _ = make(tmp_path)
-    release = threading.Event()
-    core.tracker.flush = lambda: release.wait(5)  # a tracking server that hangs
-    loop = threading.Thread(target=core.flush_tracking)
-    loop.start()
-    time.sleep(0.1)
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    core.tracker = Tracker(dead, "t", "run", output_dir=tmp_path, retry=Retry(close_s=1.0))
+    opening = threading.Thread(target=core.open_tracking)
+    opening.start()  # the writer keeps trying in the background
     started = time.monotonic()
-    core.report_round(0, 0, {"loss": 1.0})
-    core.reconcile()  # probes, views and checkpoints go on meanwhile
+    for round_ in range(3):
+        for client in range(3):
+            core.report_round(client, round_, {"loss": 1.0})
+        core.reconcile()  # probes, views and checkpoints go on meanwhile
     assert time.monotonic() - started < 0.5
-    release.set()
-    loop.join()
+    assert core.tracker._pending  # the means wait in the buffer, none dropped
+    core.tracker.end()
+    opening.join()
+
+
+def test_metrics_mlflow_had_not_taken_are_queued_again_by_a_restarted_coordinator(tmp_path):
+    core, handles = make(tmp_path)
+    core.report_round(0, 0, {"loss": 1.0})
+    core.tracker.add_metrics({"local_acc_mean": 0.5}, 0)
+    core.checkpoint(force=True)  # the tracker never opened: nothing was sent
+    queued = core.tracker.unsent()
+    assert ("local_acc_mean", 0.5) in [(key, value) for key, value, _, _ in queued]
+    restarted = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), handles.get)
+    restarted.restore()
+    assert restarted.tracker.unsent() == queued  # timestamps too: MLflow keeps one copy
 
 
 def test_a_restarted_coordinator_finds_a_member_gone_while_it_was_down(tmp_path):
