@@ -204,6 +204,8 @@ class TrackingSection:
     # The clients' checkpoints hold their private models, which the methods promise never
     # leave a client: they are uploaded to MLflow only when this says so.
     upload_checkpoints: bool = False
+    # An MLflow run this run is nested under (a sweep's parent run).
+    parent_run_id: str | None = None
 
 
 @dataclass(frozen=True)

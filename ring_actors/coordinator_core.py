@@ -340,6 +340,8 @@ class CoordinatorCore:
             "mode": config.schedule.mode,
             "output_dir": str(self.output_dir),
         }
+        if config.tracking.parent_run_id:  # MLflow shows the run under its sweep
+            tags["mlflow.parentRunId"] = config.tracking.parent_run_id
         self.tracker.open(flatten(config.to_dict()), tags)
 
     def _settle_probes(self) -> None:
