@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import statistics
+import sys
 import time
 import typing
 from dataclasses import dataclass
@@ -33,13 +34,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ring_actors.algorithms import ALGORITHMS, Algorithm, TaskSpec
+from ring_actors.algorithms import Algorithm, TaskSpec
 from ring_actors.config import TopologySection
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.partition import split_clients
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.laps import accumulate
 from ring_actors.method_factory import client_seed
+from ring_actors.plugins import resolve_algorithm
 from ring_actors.protocol import Payload
 from topologies import build_topology
 
@@ -82,7 +84,7 @@ def parse_method(spec: str, setting: Setting) -> tuple[str, dict[str, object], S
     """``name`` or ``name:key=value,...``: method options coerced to their declared types;
     keys starting with ``@`` change this spec's ``Setting`` (``@exchange=none``)."""
     name, _, rest = spec.partition(":")
-    hints = typing.get_type_hints(ALGORITHMS[name].Options)
+    hints = typing.get_type_hints(resolve_algorithm(name).Options)
     setting_hints = typing.get_type_hints(Setting)
     overrides: dict[str, object] = {}
     changes: dict[str, object] = {}
@@ -142,7 +144,7 @@ def build_clients(
     def images(x: np.ndarray, y: np.ndarray) -> LabelledImages:
         return LabelledImages.from_arrays(x, y, arrays.mean, arrays.std)
 
-    options = ALGORITHMS[name].Options(**overrides)
+    options = resolve_algorithm(name).Options(**overrides)
     clients = []
     for i, split in enumerate(splits):
         task = TaskSpec(
@@ -154,7 +156,7 @@ def build_clients(
             seed=client_seed(seed, i),
             shared_seed=seed,
         )
-        algorithm = ALGORITHMS[name](options, task)
+        algorithm = resolve_algorithm(name)(options, task)
         train = images(arrays.train_x[split.train], arrays.train_y[split.train])
         rng = np.random.default_rng([seed, i])
         tests = split.test
@@ -283,6 +285,7 @@ def simulate(
                     "global": glob,
                     "mb_sent": [c.bytes_sent / 1e6 for c in clients],
                     "train_metrics": _mean_metrics(metrics),
+                    "client_metrics": metrics,
                 }
             )
     return {
@@ -334,6 +337,61 @@ def table(runs: list[dict], last: int) -> str:
     return "\n".join(lines)
 
 
+def config_keys(setting: Setting) -> dict[str, object]:
+    """The run-config values (dotted keys) a ``jobs.train`` run must have for ``setting``."""
+    kind, _, value = setting.partition.partition(":")
+    keys: dict[str, object] = {
+        "data.dataset": setting.dataset,
+        "data.max_train_per_client": setting.samples,
+        "data.partition.kind": kind,
+        "clients.count": setting.clients,
+        "clients.local_epochs": setting.local_epochs,
+        "clients.batch_size": setting.batch_size,
+        "experiment.rounds": setting.rounds,
+        "topology.kind": setting.topology,
+        "schedule.mode": "sync",
+        "eval.global_max_samples": setting.global_max,
+    }
+    if kind == "dirichlet":
+        keys["data.partition.beta"] = float(value or 0.5)
+    elif kind == "shard":
+        keys["data.partition.classes_per_client"] = int(value or 2)
+    if setting.topology == "dynamic":
+        keys["topology.degree"] = setting.degree
+    return keys
+
+
+def baseline(runs: list[dict], setting: Setting, seeds: list[int], command: str) -> dict:
+    """Reference figures for ``jobs.train``'s table: each plain method's final accuracies.
+
+    Only specs without options or setting changes are kept: they ran ``setting`` with the
+    method's defaults, which is what a run of the same config does.
+    """
+    methods: dict[str, dict[str, dict]] = {}
+    for spec in dict.fromkeys(run["spec"] for run in runs):
+        if ":" in spec:
+            continue
+        summaries = [summarise(run, setting.last) for run in runs if run["spec"] == spec]
+        methods[spec] = {
+            f"{key}_acc": {
+                "mean": statistics.fmean(s[key] for s in summaries),
+                "std": statistics.stdev(s[key] for s in summaries) if len(summaries) > 1 else 0.0,
+                "per_seed": [s[key] for s in summaries],
+            }
+            for key in ("local", "global")
+        }
+    return {
+        "command": command,
+        "source": "benchmarks/fidelity.py: in-process simulation with the runtime's sync "
+        "semantics, the same partitions and test sets as a run of this config",
+        "config": config_keys(setting),
+        "setting": dataclasses.asdict(setting),
+        "seeds": seeds,
+        "last_evaluated_rounds": setting.last,
+        "methods": methods,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     defaults = Setting()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -341,6 +399,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=RESULTS / "fidelity.json")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--write-baseline",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="also write the plain methods' figures as the reference jobs.train prints",
+    )
     for field in dataclasses.fields(Setting):
         flag = "--" + field.name.replace("_", "-")
         kind = int if str(field.type).startswith("int") else str
@@ -366,6 +431,11 @@ def main(argv: list[str] | None = None) -> None:
             record = {"setting": dataclasses.asdict(setting), "seeds": args.seeds, "runs": runs}
             args.out.write_text(json.dumps(record, indent=1))  # after every run: partial is kept
     print(table(runs, setting.last))
+    if args.write_baseline is not None:
+        words = sys.argv[1:] if argv is None else argv
+        command = " ".join(["python -m benchmarks.fidelity", *words])
+        record = baseline(runs, setting, args.seeds, command)
+        args.write_baseline.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

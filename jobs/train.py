@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def format_table(summary: dict[str, Any]) -> str:
-    """Per-client Local-T / Global-T and their means, as plain text."""
+def format_table(summary: dict[str, Any], baseline: Path | None = None) -> str:
+    """Per-client Local-T / Global-T and their means, then the run against ``local``.
+
+    No run trains a ``local`` side by side, so the comparison uses the reference recorded for
+    the same setting (``baseline``: default the quickstart's), labelled as such, or says that
+    none exists.
+    """
     local, global_ = summary["local_acc"]["per_client"], summary["global_acc"]["per_client"]
     lines = [f"{'client':>6}  {'Local-T':>8}  {'Global-T':>8}"]
     for client in sorted(local, key=int):
@@ -54,7 +60,55 @@ def format_table(summary: dict[str, Any]) -> str:
         f"{'mean':>6}  {100 * summary['local_acc']['mean']:8.2f}  "
         f"{100 * summary['global_acc']['mean']:8.2f}"
     )
+    lines.extend(_against_local(summary, baseline or DEFAULT_CONFIG.with_suffix(".baseline.json")))
     return "\n".join(lines)
+
+
+def _against_local(summary: dict[str, Any], path: Path) -> list[str]:
+    """Lines comparing the run's means with ``local``'s reference when ``path`` fits the run."""
+    config_file = Path(summary.get("output_dir", "")) / "config.yaml"
+    reference = json.loads(path.read_text()) if path.is_file() else None
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+
+    def value(dotted: str) -> Any:
+        node = config
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    def pm(stat: dict[str, float]) -> str:  # a reference figure: mean ± std over its seeds
+        return f"{100 * stat['mean']:.2f} ± {100 * stat['std']:.2f}"
+
+    if reference is None or config is None or "local" not in reference["methods"]:
+        return [f"vs local: no reference for this setting ({path} has none)"]
+    if any(value(key) != wanted for key, wanted in reference["config"].items()):
+        return [f"vs local: no reference for this setting (the one in {path} is for another)"]
+    ref = reference["methods"]["local"]
+    run_local, run_global = summary["local_acc"]["mean"], summary["global_acc"]["mean"]
+    gap = 100 * (run_global - ref["global_acc"]["mean"])
+    spread = 200 * ref["global_acc"]["std"]
+    if gap > spread:
+        verdict = "above local by more than twice its seed spread"
+    elif gap > 0:
+        verdict = "above local's mean, within twice its seed spread"
+    else:
+        verdict = "not above local"
+    seeds = " ".join(str(s) for s in reference["seeds"])
+    lines = [
+        f"vs local: Global-T {100 * run_global:.2f} against local's {pm(ref['global_acc'])}: "
+        f"{gap:+.2f} points, {verdict}",
+        f"          Local-T  {100 * run_local:.2f} against local's {pm(ref['local_acc'])}",
+        f"          local's figures are a reference, not measured in this run: seeds {seeds} "
+        f"of the same setting in {path.name}",
+        f"          ({reference['source']}; written by: {reference['command']})",
+    ]
+    own = reference["methods"].get(summary["algorithm"])
+    if own is not None and summary["algorithm"] != "local":
+        lines.append(
+            f"          the same command gave {summary['algorithm']} (its default options) "
+            f"Global-T {pm(own['global_acc'])}, Local-T {pm(own['local_acc'])}"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         from ring_actors.plan import describe_plan
 
-        print(describe_plan(config))
+        try:
+            print(describe_plan(config))
+        except ConfigError as err:
+            print(f"config error: {err}", file=sys.stderr)
+            return 2
         return 0
     from ring_actors.experiment import run_experiment  # Ray is imported only for a valid config
 

@@ -160,6 +160,12 @@ class TopologySection:
         _check(self.resample_every >= 1, "topology.resample_every", "an int >= 1")
         if self.kind == "graph":
             _check(self.edges is not None, "topology.edges", "a path when kind is 'graph'")
+            from topologies.graph import read_edges
+
+            try:  # read here, so a missing or malformed file stops the run before it starts
+                read_edges(self.edges)
+            except (OSError, ValueError) as err:
+                raise ConfigError(f"topology.edges: {err}") from err
 
 
 @dataclass(frozen=True)

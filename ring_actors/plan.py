@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from ring_actors.algorithms import ALGORITHMS
-from ring_actors.config import Config, PartitionSection, TopologySection
+from ring_actors.config import Config, ConfigError, PartitionSection, TopologySection
 from ring_actors.data.sources import DATASETS, dataset_facts
 from ring_actors.method_factory import build_algorithm
 from ring_actors.placement import slot_limit, threads_per_slot
@@ -51,10 +51,14 @@ def describe_plan(config: Config) -> str:
         config, 0, facts["num_classes"], facts["input_shape"], torch.device("cpu")
     )
     shared = method.offer() if method.offer() is not None else method.shared_state()
-    hop_bytes = sum(t.numel() * t.element_size() for t in shared.values())
-    data_line = "found" if facts["present"] else "missing: downloaded at launch if allowed"
+    hop_bytes = _nbytes(shared)
+    # A lap method pushes nothing: its traffic is the token, which carries the running total.
+    lap_bytes = {name: _nbytes(method.contribute(name, 0)) for name in method.laps(0)}
     if not facts["present"] and not data.download:
-        data_line = "missing, and data.download is false: the run would stop"
+        raise ConfigError(
+            f"data.root: {data.dataset} is not at {facts['where']} and data.download is false"
+        )
+    data_line = "found" if facts["present"] else "missing: downloaded at launch"
     return "\n".join(
         [
             f"data:      {data.dataset} at {facts['where']} ({data_line})",
@@ -67,5 +71,18 @@ def describe_plan(config: Config) -> str:
             f"({CLIENT_GB} GB per client process, {COORDINATOR_GB} GB coordinator)",
             f"method:    {config.algorithm.name}, {hop_bytes / 1e6:.3f} MB per hop "
             f"({config.topology.kind} topology, {config.schedule.mode})",
+            *(
+                f"ring lap:  {name!r}, "
+                + (
+                    f"{size / 1e6:.3f} MB per token hop"
+                    if size
+                    else "token size known once a round has trained (it carries what training made)"
+                )
+                for name, size in lap_bytes.items()
+            ),
         ]
     )
+
+
+def _nbytes(tensors: dict) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())

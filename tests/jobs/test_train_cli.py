@@ -69,6 +69,20 @@ def test_a_bad_config_stops_before_ray_naming_the_key():
         assert f"config error: {key}:" in out and not imported_ray
 
 
+def test_files_a_config_names_are_checked_before_ray(tmp_path):
+    edges = tmp_path / "edges.txt"
+    edges.write_text("0 1\n1 x\n")
+    missing = tmp_path / "none.txt"
+    for overrides, key, message in [
+        (["topology.kind=graph", f"topology.edges={missing}"], "topology.edges", "No such file"),
+        (["topology.kind=graph", f"topology.edges={edges}"], "topology.edges", "line 2: expected"),
+        ([f"data.root={tmp_path}", "data.download=false"], "data.root", f"is not at {tmp_path}"),
+    ]:
+        out, imported_ray = run("--dry-run", *overrides, expect=2)
+        assert f"config error: {key}: " in out and message in out, out
+        assert not imported_ray
+
+
 @needs_data
 def test_dry_run_checks_the_data_and_prints_the_plan():
     out, imported_ray = run("--dry-run", f"data.root={DATA_ROOT}", "clients.count=4")
@@ -87,4 +101,19 @@ def test_dry_run_measures_a_plug_in_methods_bytes_per_hop():
     )
     hop = sum(t.numel() * t.element_size() for t in method.shared_state().values())
     assert hop > 0 and f"examples.fedprox:FedProx, {hop / 1e6:.3f} MB per hop" in out
+    assert not imported_ray
+
+
+@needs_data
+def test_dry_run_sizes_a_lap_methods_token():
+    overrides = [f"data.root={DATA_ROOT}", "algorithm.name=fedavg"]
+    out, imported_ray = run("--dry-run", *overrides)
+    config = load_config(REPO / "jobs/configs/quickstart.yaml", overrides)
+    facts = dataset_facts(config.data.dataset, config.data.root)
+    method = build_algorithm(
+        config, 0, facts["num_classes"], facts["input_shape"], torch.device("cpu")
+    )
+    model = sum(t.numel() * t.element_size() for t in method.model.state_dict().values())
+    token = re.search(r"ring lap:  'average', ([\d.]+) MB per token hop", out)
+    assert token and abs(float(token.group(1)) - model / 1e6) < 0.01  # the model, and a weight
     assert not imported_ray
