@@ -107,7 +107,8 @@ def violations(
     totals: dict[tuple[int, str], set[float]] = defaultdict(set)
     for row in rows:
         for key, value in row.items():
-            if key.startswith("lap_") and key.endswith("_checksum") and value == value:
+            lap_total = key.startswith("lap_") and key.endswith("_checksum")
+            if lap_total and value is not None and value == value:  # None: no lap that round
                 totals[(row["round"], key)].add(round(value, 3))
     split = sorted(k for k, v in totals.items() if len(v) > 1)
     if split:
