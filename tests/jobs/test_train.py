@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from jobs.train import main
@@ -56,3 +59,61 @@ def test_train_runs_end_to_end_and_prints_the_table(tmp_path):
     assert summary["rounds_completed"] == 2 and summary["clients"] == 3
     for name in ("config.yaml", "metrics.parquet", "events.parquet"):
         assert (out / name).is_file()
+
+
+def rounds_written(run_dir: Path) -> int:
+    """Rounds every member finished, as the run's partial summary says (0 before it exists)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())["rounds_completed"]
+    except (OSError, ValueError):  # not written yet, or caught halfway through a rewrite
+        return 0
+
+
+@needs_data
+@pytest.mark.slow
+def test_ctrl_c_writes_what_exists_and_resume_finishes_the_run(tmp_path):
+    out = tmp_path / "run"
+    setting = [
+        "experiment.rounds=6",
+        "clients.count=3",
+        "data.max_train_per_client=200",
+        f"data.root={DATA_ROOT}",
+        "eval.global_max_samples=300",
+        "algorithm.name=dfedavg",
+        "eval.every=1",
+        "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 1.0}]",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
+    command = [sys.executable, "-m", "jobs.train", "--no-progress", "--output-dir", str(out)]
+    driver = subprocess.Popen(
+        [*command, *setting], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while rounds_written(out) < 1:  # a whole round is in the outputs: press Ctrl-C
+        assert time.monotonic() < deadline and driver.poll() is None
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGINT)
+    stdout, stderr = driver.communicate(timeout=180)
+    assert driver.returncode == 1, stderr[-3000:]
+    assert f"--resume {out}" in stderr and "run stopped: interrupted" in stderr
+    cut = json.loads((out / "summary.json").read_text())
+    assert 1 <= cut["rounds_completed"] < 6
+    rows = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert {r["round"] for r in rows} >= set(range(cut["rounds_completed"]))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.train", "--no-progress", "--resume", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (
+        summary["rounds_completed"] == 6 and summary["mlflow"]["run_id"] == cut["mlflow"]["run_id"]
+    )
+    rows = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert sorted((r["client"], r["round"]) for r in rows) == [
+        (c, r) for c in range(3) for r in range(6)
+    ]
