@@ -171,3 +171,10 @@ def test_per_round_state_stays_bounded_over_a_long_run(tmp_path):
         assert not core.outbox.in_flight
         assert len(core.published) <= 3
     assert len(run.coordinator.probes) <= 3
+
+
+@pytest.mark.parametrize("name", ["fedrep", "fedbn", "fednova", "dfedpgp", "dispfl"])
+def test_each_baseline_learns_on_a_ring(tmp_path, name):
+    summary = ring(tmp_path, algorithm=name, count=3, rounds=3, hop_timeout_s=3.0).run(60)
+    assert summary["rounds_completed"] == 3 and summary["events"]["lost_payloads"] == 0
+    assert summary["local_acc"]["mean"] > 0.5, summary["local_acc"]  # chance is 0.25
