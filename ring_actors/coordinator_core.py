@@ -378,14 +378,18 @@ class CoordinatorCore:
 
     def _watch_rounds(self) -> None:
         """A running member that answers pings but finishes no round for the stall time is
-        hung all the same (a method stuck in a loop); with nobody left the run stops."""
+        hung all the same (a method stuck in a loop). When every member still running stalls
+        and none has finished, nothing advances: the run stops. Members that finished show
+        the ring worked; then the stalled ones are bypassed and the run ends with the rest."""
         if self.stop_reason is not None:
             return
         limit = self.config.schedule.stall_hops * self.timeouts.hop_s
         now = time.monotonic()
-        running = [c for c in self.table.live if self.table.members[c].state == MemberState.RUNNING]
+        states = {c: self.table.members[c].state for c in self.table.live}
+        running = [c for c, state in states.items() if state == MemberState.RUNNING]
+        finished = [c for c, state in states.items() if state == MemberState.DONE]
         stalled = [c for c in running if now - self.last_report.get(c, now) > limit]
-        if stalled and len(stalled) == len(running):
+        if stalled and len(stalled) == len(running) and not finished:
             self._stop(f"no member finished a round for {limit:g} s: {self._diagnosis()}")
             return
         for client_id in stalled:

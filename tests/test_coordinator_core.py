@@ -189,6 +189,19 @@ def test_when_no_member_advances_the_run_stops_with_a_diagnosis(tmp_path):
     assert "no member finished a round" in reason and "client 2 last finished round -1" in reason
 
 
+def test_a_member_stalled_after_the_others_finished_is_bypassed_and_the_run_ends(tmp_path):
+    core, _ = make(tmp_path, stall_hops=2)
+    for c in (0, 1):
+        for round_ in range(5):
+            core.report_round(c, round_, {})
+        core.report_done(c, 0, 5, 100)
+    until(core, lambda: core.table.live == [0, 1])  # client 2 never finished a round
+    assert core.progress()["stopped"] is None
+    (hang,) = [e for e in core.events if e["kind"] == "hang"]
+    assert hang["client"] == 2
+    assert core.summary(1.0)["rounds_completed"] == 5
+
+
 def test_reports_from_outside_the_run_are_ignored(tmp_path):
     core, _ = make(tmp_path)
     core.report_round(42, 0, {"loss": 1.0})
