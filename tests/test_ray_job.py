@@ -1,0 +1,94 @@
+"""A Ray Job on a local multi-node cluster: the checkout is shipped with the job's working
+directory (``ray job submit --working-dir .``), its driver runs there, clients on every node."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from tests.conftest import DATA_ROOT, needs_data
+
+pytestmark = [needs_data, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def cluster_with_dashboard(tmp_path_factory):
+    port = free_port()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,  # the job's driver runs on the head
+            "include_dashboard": True,
+            "dashboard_host": "127.0.0.1",
+            "dashboard_port": port,
+        },
+    )
+    for n in range(2):
+        # A directory of its own per node, as separate machines have: nodes that share one
+        # would clean up each other's copy of the job's working directory.
+        cluster.add_node(num_cpus=1, temp_dir=str(tmp_path_factory.mktemp(f"node{n}")))
+    yield cluster, f"http://127.0.0.1:{port}"
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
+    cluster_with_dashboard, tmp_path
+):
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    _, dashboard = cluster_with_dashboard
+    out = tmp_path / "run"
+    overrides = [
+        "experiment.rounds=2",
+        "clients.count=3",
+        "clients.num_cpus=0.5",
+        "clients.placement=spread",
+        "data.max_train_per_client=150",
+        f"data.root={Path(DATA_ROOT).resolve()}",  # the job runs in a copy of the checkout
+        "eval.global_max_samples=200",
+        "algorithm.name=dfedavg",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
+    deadline = time.monotonic() + 120
+    while True:  # the job server answers a few seconds after the head is up
+        try:
+            client = JobSubmissionClient(dashboard)
+            break
+        except Exception:  # noqa: BLE001 - not listening yet
+            assert time.monotonic() < deadline
+            time.sleep(1)
+    job = client.submit_job(
+        entrypoint=" ".join(
+            [sys.executable, "-m jobs.train --no-progress --output-dir", str(out), *overrides]
+        ),
+        runtime_env={"working_dir": str(REPO)},  # .gitignore keeps .venv and runs/ out
+    )
+    deadline = time.monotonic() + 600
+    while (status := client.get_job_status(job)) not in JobStatus.__members__.values() or not (
+        status.is_terminal()
+    ):
+        assert time.monotonic() < deadline, client.get_job_logs(job)[-3000:]
+        time.sleep(2)
+    logs = client.get_job_logs(job)
+    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    assert "cluster: 3 node(s)" in logs
+    nodes = [line for line in logs.splitlines() if line.startswith("node ")]
+    assert len(nodes) >= 2, logs[-3000:]  # the clients were spread over the worker nodes
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rounds_completed"] == 2 and summary["events"]["lost_payloads"] == 0
