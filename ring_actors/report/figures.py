@@ -44,6 +44,9 @@ def seed_band(runs: Sequence[Run], key: str) -> list[tuple[int, float, float]]:
     return [(r, statistics.fmean(v), statistics.pstdev(v)) for r, v in sorted(by_round.items())]
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
 def accuracy_curves(table: Table, directory: Path) -> list[Path]:
     """One figure per column cell: Local-T and Global-T by round, a line per table row
     (mean over its seeds) with a band of ± one std over seeds."""
@@ -51,14 +54,20 @@ def accuracy_curves(table: Table, directory: Path) -> list[Path]:
     for column in table.columns:
         figure, axes = plt.subplots(1, len(ACCURACIES), figsize=(11, 4), sharex=True)
         for axis, (key, title) in zip(axes, ACCURACIES.items(), strict=True):
-            for row in table.rows:
+            for number, row in enumerate(table.rows):
                 cell = table.cells.get((row, column))
                 band = seed_band(cell.runs, key) if cell else []
                 if not band:
                     continue
                 rounds = [r + 1 for r, _, _ in band]
                 (line,) = axis.plot(
-                    rounds, [100 * m for _, m, _ in band], marker="o", markersize=3, label=row
+                    rounds,
+                    [100 * m for _, m, _ in band],
+                    marker="o",
+                    markersize=3,
+                    label=row,
+                    color=f"C{number % 10}",
+                    linestyle=LINE_STYLES[number // 10 % len(LINE_STYLES)],  # past ten colours
                 )
                 axis.fill_between(
                     rounds,
@@ -70,10 +79,11 @@ def accuracy_curves(table: Table, directory: Path) -> list[Path]:
             axis.set(title=title, xlabel="round", ylabel="accuracy (%)")
             axis.xaxis.get_major_locator().set_params(integer=True)
             axis.grid(alpha=0.3)
-        if axes[0].get_legend_handles_labels()[0]:
-            axes[0].legend(title=table.row_key)
         figure.suptitle(column_label(column))
         figure.tight_layout()
+        if axes[0].get_legend_handles_labels()[0]:  # beside the plots, never over a curve
+            figure.subplots_adjust(right=0.85)
+            axes[-1].legend(title=table.row_key, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         path = directory / f"curves-{slug(column_label(column))}.png"
         figure.savefig(path, dpi=100)
         plt.close(figure)
