@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from ring_actors.algorithms import ALGORITHMS
 from ring_actors.config import Config, ConfigError, PartitionSection, TopologySection
 from ring_actors.data.sources import DATASETS, dataset_facts
 from ring_actors.method_factory import build_algorithm
 from ring_actors.placement import slot_limit, threads_per_slot
+from ring_actors.plugins import PluginError, known_names, resolve_algorithm
 
 CLIENT_GB = 0.45  # private memory of one cnn client process (benchmarks/client_memory.py)
 COORDINATOR_GB = 0.35
@@ -20,8 +20,13 @@ COORDINATOR_GB = 0.35
 
 def list_choices(paper_dir: Path) -> str:
     """Methods with their options and defaults, datasets, partitions, topologies, cells."""
-    lines = ["methods (algorithm.name):"]
-    for name, method in sorted(ALGORITHMS.items()):
+    lines = ["methods (algorithm.name; installed packages' entry points included):"]
+    for name in known_names():
+        try:
+            method = resolve_algorithm(name)
+        except PluginError as err:  # a broken package must not hide the others
+            lines.append(f"  {name:10s} (cannot be used: {err})")
+            continue
         doc = (method.__doc__ or "").strip().splitlines()
         lines.append(f"  {name:10s} {doc[0] if doc else ''}")
         defaults = method.Options()

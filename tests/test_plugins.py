@@ -8,6 +8,7 @@ import torch
 from examples.fedprox import FedProx, FedProxOptions
 from ring_actors.config import ConfigError, load_config
 from ring_actors.method_factory import build_algorithm
+from ring_actors.plan import list_choices
 from ring_actors.plugins import PluginError, known_names, resolve_algorithm
 from tests.algorithms.synthetic import separable
 from tests.test_in_process import CLASSES, SHAPE, ring
@@ -79,6 +80,24 @@ def test_an_installed_package_registers_a_method_by_entry_point(tmp_path, monkey
     config = load_config(None, ["algorithm.name=lab_average", "algorithm.lr=0.01"])
     assert resolve_algorithm(config.algorithm.name).__name__ == "LabAverage"
     assert config.algorithm.options.lr == 0.01
+
+
+def test_list_shows_installed_methods_and_names_a_broken_one(tmp_path, monkeypatch):
+    (tmp_path / "lab_methods.py").write_text(LAB_METHOD)
+    info = tmp_path / "lab_methods-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-methods\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[ring_actors.algorithms]\nlab_average = lab_methods:LabAverage\n"
+        "lab_broken = lab_methods:Nowhere\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    listed = list_choices(tmp_path).splitlines()
+    (average,) = [i for i, line in enumerate(listed) if line.split()[:1] == ["lab_average"]]
+    assert "lr=" in listed[average + 1]  # its options with their defaults
+    (broken,) = [line for line in listed if line.split()[:1] == ["lab_broken"]]
+    assert "cannot be used" in broken and "Nowhere" in broken
+    assert any(line.split()[:1] == ["drdfl"] for line in listed)
 
 
 def _moved_by_one_round(mu: float) -> float:
