@@ -150,23 +150,18 @@ class DisPFL(SupervisedAlgorithm):
     # ---- training ------------------------------------------------------------------------
 
     def train_round(self, data: LabelledImages) -> dict[str, float]:
-        self.model.train()
-        total, steps = torch.zeros((), device=self.device), 0
-        for _ in range(self.task.local_epochs):
-            for x, y in data.batches(self.task.batch_size, generator=self.generator):
-                loss = F.cross_entropy(self.model(x), y)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self._mask_gradients()
-                self.optimizer.step()
-                self._apply_masks()
-                total += loss.detach()
-                steps += 1
+        metrics = super().train_round(data)
         changed = 0.0
         if (self.rounds_trained + 1) % self.options.mask_every == 0:
             changed = self._update_masks(data, self.anneal_rate(self.rounds_trained))
         self.rounds_trained += 1
-        return {"loss": float(total) / max(1, steps), "mask_changed": changed}
+        return {**metrics, "mask_changed": changed}
+
+    def step(self) -> None:
+        """Only the masked weights move: gradients and the weights outside the mask stay zero."""
+        self._mask_gradients()
+        self.optimizer.step()
+        self._apply_masks()
 
     def anneal_rate(self, round_: int) -> float:
         """The fraction of active weights pruned (and regrown) after round ``round_``."""

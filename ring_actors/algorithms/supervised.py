@@ -33,10 +33,14 @@ class SupervisedAlgorithm(Algorithm):
                 loss = F.cross_entropy(self.model(x), y)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                self.optimizer.step()
+                self.step()
                 total += loss.detach()
                 steps += 1
         return {"loss": float(total) / max(1, steps)}  # one device sync per round
+
+    def step(self) -> None:
+        """One optimiser step on the gradients just computed (a method may constrain it)."""
+        self.optimizer.step()
 
     def predict(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         self.model.eval()
