@@ -11,27 +11,22 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from jobs.sweep import expand, main, plan
-from tests.conftest import DATA_ROOT, needs_data
+from tests.conftest import needs_data, small_config
 
 
 def write_cell(tmp_path: Path) -> Path:
     """A tiny setting: 3 clients of Fashion-MNIST, one round."""
-    cell = {
-        "experiment": {"name": "sweep-test", "seed": 0, "rounds": 1},
-        "data": {
-            "dataset": "fashion-mnist",
-            "root": DATA_ROOT,
-            "download": False,
-            "max_train_per_client": 100,
-            "partition": {"kind": "shard", "classes_per_client": 2},
-        },
-        "clients": {"count": 3, "num_cpus": 0.5, "batch_size": 32},
-        "algorithm": {"name": "local"},
-        "eval": {"global_max_samples": 200},
-        "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
-    }
+    config = small_config(
+        tmp_path,
+        "experiment.name=sweep-test",
+        "experiment.rounds=1",
+        "clients.count=3",
+        "data.max_train_per_client=100",
+        "algorithm.name=local",
+        "eval.global_max_samples=200",
+    )
     path = tmp_path / "cell.yaml"
-    path.write_text(yaml.safe_dump(cell))
+    path.write_text(yaml.safe_dump(config.to_dict()))
     return path
 
 
