@@ -39,6 +39,7 @@ from ring_actors.protocol import (
     detach_to_cpu,
 )
 from ring_actors.ring_lap import LapResult, RingLaps, is_lap
+from ring_actors.spool import Spool
 from ring_actors.timeouts import Timeouts
 from ring_actors.transport import ClientHandle, ControlLink, PeerGone, wait_all
 from topologies import build_topology
@@ -136,6 +137,10 @@ class ClientCore:
         self.journal_entries: list[JournalEntry] = []  # what the coordinator was told
         self.resumed_after = -1  # a restarted client does not re-enter its fatal round's fault
         self.recent_pushes: list[Payload] = []  # re-sent after a restart: peers may lack them
+        # Pushes taken since the last checkpoint, on disk before they are acknowledged; the
+        # lock keeps a push from being dropped between entering the inbox and the spool.
+        self.spool = Spool(checkpoint_path.with_suffix(".inbox")) if checkpoint_path else None
+        self.spool_lock = threading.Lock()
 
     # ---- called by peers and the coordinator --------------------------------------------
 
@@ -167,7 +172,9 @@ class ClientCore:
             ahead = payload.round >= self.first_round and payload.round > self.completed
             if self.laps.on_receive(payload, runs_round=ahead):
                 return True
-        self.inbox.put(payload)
+        with self.spool_lock:
+            if self.inbox.put(payload) and self.spool and payload.channel == Channel.SHARE:
+                self.spool.keep(payload)
         return True
 
     def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
@@ -535,6 +542,9 @@ class ClientCore:
             tmp,
         )
         tmp.replace(path)
+        if self.spool is not None:  # what this checkpoint merged is no longer needed
+            with self.spool_lock:
+                self.spool.retain(p.key for p in self.inbox.peek(_is_share))
 
     def load_checkpoint(self) -> int | None:
         """Restore the last checkpoint and re-send the reports a crash may have cut off;
@@ -549,6 +559,9 @@ class ClientCore:
         self.journal_entries = [JournalEntry.from_dict(e) for e in saved["journal"]]
         *self.recent_pushes, self.last_push = saved["pushes"] or [None]
         torch.set_rng_state(saved["torch_rng"])
+        assert self.spool is not None
+        for payload in self.spool.load(self.device):  # acknowledged before the crash
+            self.inbox.put(payload)
         for entry in self.journal_entries:
             if entry.kind == "round":
                 self.control.report_round(self.id, entry.round, entry.metrics)
@@ -582,6 +595,10 @@ def lap_checksum(total: dict[str, torch.Tensor]) -> float:
 
 def _shapes(tensors: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in tensors.items()}
+
+
+def _is_share(payload: Payload) -> bool:
+    return payload.channel == Channel.SHARE
 
 
 def _is_init(payload: Payload) -> bool:
