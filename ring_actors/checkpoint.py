@@ -1,21 +1,23 @@
 """Checkpoints that are data, not code.
 
 The coordinator's is a versioned JSON record. A client's private state is a torch file read
-with torch's weights-only loader and an allowlist of the project's own classes. Neither can
-run code when read, so a checkpoint directory on a shared filesystem is not a way into
-every node.
+with torch's weights-only loader and an allowlist of classes (the project's own, torch's
+modules, a plug-in's method and model; never a function). Neither can run code when read,
+so a checkpoint directory on a shared filesystem is not a way into every node.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ring_actors.algorithms.base import Algorithm, AlgorithmOptions
 
 VERSION = 1
 
@@ -68,28 +70,39 @@ def read_record(path: Path) -> CoordinatorRecord | None:
     return CoordinatorRecord(**raw)
 
 
-# What a client checkpoint may name: the project's own classes, torch modules and generators.
-# Anything else (``os.system``, ``builtins.eval``, ...) is refused before a byte is unpickled.
-CLIENT_GLOBAL_PREFIXES = ("ring_actors.", "torch.nn.modules.")
-CLIENT_GLOBALS = frozenset({"torch._C.Generator", "random.Random"})
+# What a client checkpoint may name: classes only (a function such as ``os.system`` or one of
+# the project's own could be called by the unpickler with arguments of the file's choosing),
+# the project's own, torch's modules and generators, and a plug-in's method, options and models.
+CLIENT_CLASS_MODULES = ("ring_actors.", "torch.nn.modules.")
+CLIENT_CLASSES = frozenset({"torch._C.Generator", "random.Random"})
 
 
 def load_client_state(path: Path, device: torch.device) -> dict[str, Any]:
     """A client checkpoint, unpickled with torch's weights-only loader and an allowlist.
 
-    The loader constructs only the globals named here; a file that names any other is
-    refused with the names it holds.
+    The loader constructs only the classes allowed here; a file that names anything else is
+    refused with the names it holds, before a byte of it is unpickled.
     """
     names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-    refused = [n for n in names if not n.startswith(CLIENT_GLOBAL_PREFIXES)]
-    refused = [n for n in refused if n not in CLIENT_GLOBALS]
+    allowed = {name: _allowed_class(name) for name in names}
+    refused = [name for name, cls in allowed.items() if cls is None]
     if refused:
         raise CheckpointError(f"{path}: names {refused[:3]}, which no client checkpoint holds")
-    allowed = [_resolve(name) for name in names]
-    with torch.serialization.safe_globals(allowed):
+    with torch.serialization.safe_globals(list(allowed.values())):
         return torch.load(path, map_location=device, weights_only=True)
 
 
-def _resolve(name: str) -> Any:
-    module, _, attribute = name.rpartition(".")
-    return getattr(importlib.import_module(module), attribute)
+def _allowed_class(name: str) -> type | None:
+    """The class ``name`` stands for if a client checkpoint may hold it, else None.
+
+    Only modules already imported are looked in: reading a file never imports one (the
+    client imported a plug-in's module when it built its method).
+    """
+    module_name, _, attribute = name.rpartition(".")
+    module = sys.modules.get(module_name)
+    found = getattr(module, attribute, None) if module is not None else None
+    if not isinstance(found, type):
+        return None
+    if name in CLIENT_CLASSES or name.startswith(CLIENT_CLASS_MODULES):
+        return found
+    return found if issubclass(found, (Algorithm, AlgorithmOptions, torch.nn.Module)) else None

@@ -32,7 +32,7 @@ class ProcessFaults:
 
     def freeze(self, seconds: float) -> None:
         pid = os.getpid()
-        subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {pid}"])
+        subprocess.Popen(["sh", "-c", f"sleep {float(seconds)}; kill -CONT {pid}"])
         os.kill(pid, signal.SIGSTOP)
 
 

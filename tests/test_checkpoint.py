@@ -1,13 +1,16 @@
 """Checkpoints are data: the coordinator's a versioned JSON record, a client's a torch file
-that names only the project's own classes, so reading either runs no code."""
+that names only allowed classes, so reading either runs no code."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 
 import pytest
 import torch
 
+from ring_actors.algorithms import ALGORITHMS
 from ring_actors.checkpoint import (
     CheckpointError,
     CoordinatorRecord,
@@ -16,6 +19,7 @@ from ring_actors.checkpoint import (
     write_record,
 )
 from ring_actors.config import config_from_dict
+from ring_actors.faults import strike
 from ring_actors.method_factory import build_algorithm
 from tests.algorithms.synthetic import separable
 
@@ -28,7 +32,7 @@ class Exploit:
         return (os.system, (f"touch {self.marker}",))
 
 
-@pytest.mark.parametrize("method", ["dfedavg", "drdfl", "ua_pdfl"])
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
 def test_a_client_state_comes_back_whole(tmp_path, method):
     config = config_from_dict({"algorithm": {"name": method}, "clients": {"batch_size": 16}})
     data = separable(32, 4, (1, 28, 28))
@@ -47,6 +51,36 @@ def test_a_client_checkpoint_that_names_other_code_is_refused_unrun(tmp_path):
     with pytest.raises(CheckpointError, match="posix.system|os.system"):
         load_client_state(tmp_path / "evil.pt", torch.device("cpu"))
     assert not marker.exists()
+
+
+def test_a_client_checkpoint_that_names_a_project_function_is_refused(tmp_path):
+    # strike() with a forged plan would start a shell: classes may be named, functions never.
+    torch.save({"algorithm": strike}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="ring_actors.faults.strike"):
+        load_client_state(tmp_path / "evil.pt", torch.device("cpu"))
+
+
+def test_a_plug_in_method_comes_back_and_an_unimported_module_is_never_imported(tmp_path):
+    config = config_from_dict({"algorithm": {"name": "examples.fedprox:FedProx"}})
+    algorithm = build_algorithm(config, 0, 4, (1, 28, 28), torch.device("cpu"))
+    torch.save({"algorithm": algorithm}, tmp_path / "c.pt")
+    restored = load_client_state(tmp_path / "c.pt", torch.device("cpu"))["algorithm"]
+    assert type(restored).__name__ == "FedProx"
+    marker = tmp_path / "imported"
+    (tmp_path / "side_effect.py").write_text(
+        f"open({str(marker)!r}, 'a').write('x')\nclass Model(__import__('torch').nn.Linear): ...\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("side_effect")
+        torch.save({"model": module.Model(2, 2)}, tmp_path / "m.pt")
+        del sys.modules["side_effect"]
+        marker.unlink()
+        with pytest.raises(CheckpointError, match="side_effect.Model"):
+            load_client_state(tmp_path / "m.pt", torch.device("cpu"))
+        assert not marker.exists()
+    finally:
+        sys.path.remove(str(tmp_path))
 
 
 def test_the_coordinator_record_round_trips_and_refuses_another_version(tmp_path):

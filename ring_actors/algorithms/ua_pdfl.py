@@ -122,7 +122,6 @@ class UAPDFL(SupervisedAlgorithm):
         super().__init__(options, task)
         self.model: FeatureClassifierNet = FeatureClassifierNet(self.model)
         self.unit_input = torch.ones(1, *task.input_shape, device=self.device)
-        self.divergence = DIVERGENCES[options.divergence]
         self.picker = random.Random(task.seed)  # which peer a dropout copies: private
         self.num_samples = 0  # own training-set size, the merge weight; set by train_round
         self.rounds_trained = 0
@@ -163,7 +162,9 @@ class UAPDFL(SupervisedAlgorithm):
         units = torch.stack([p.tensors[UNIT].to(self.device) for p in offers])
         features = torch.stack([p.tensors[UNIT_FEATURE].to(self.device) for p in offers])
         self.anchor = torch.cat([own_feature[None], features]).mean(0)
-        divergences = dict(zip(peers, self.divergence(own_probs, units).tolist(), strict=True))
+        divergences = dict(
+            zip(peers, DIVERGENCES[self.options.divergence](own_probs, units).tolist(), strict=True)
+        )
         threshold = self.options.threshold
         similar = tuple(s for s in peers if divergences[s] < threshold)
         dropout = all(d <= threshold for d in divergences.values())
