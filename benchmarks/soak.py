@@ -9,7 +9,9 @@ coordinator), in sync or async mode, on a ring or a dynamic topology, with a pus
 
 - every round completes on the live members, and nothing stops the run;
 - no payload is lost;
-- every member applied the same total in every ring lap (the clients' own reports);
+- every member applied the same total in every ring lap, and that total is the sum of what
+  that many of its members reported putting in (the clients' own reports; a lap whose
+  contributor crashed before reporting its round cannot be audited and is counted apart);
 - every client that lived to the end has results;
 - the events account for every injected fault (a crash, a hang, an error, a join).
 
@@ -25,6 +27,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +116,7 @@ def violations(
     split = sorted(k for k, v in totals.items() if len(v) > 1)
     if split:
         broken.append(f"members applied different lap totals: {split[:3]}")
+    broken.extend(lap_audit(rows)[2])
     missing = {str(c) for c in summary["ring_order"]} - set(summary["local_acc"]["per_client"])
     if missing:
         broken.append(f"no results for surviving clients {sorted(missing)}")
@@ -125,6 +129,41 @@ def violations(
         if entry.get("join") and not any(e["kind"] == "join" for e in events):
             broken.append("no join event")
     return broken
+
+
+def lap_audit(rows: list[dict[str, Any]]) -> tuple[int, int, list[str]]:
+    """Each lap's applied total against its members' reported contributions.
+
+    Returns the laps whose total is the sum of as many reported contributions as the lap
+    counted contributors, the laps with fewer reports than contributors (not auditable), and
+    a line for each lap whose total is no such sum.
+    """
+    reported: dict[tuple[int, str], list[float]] = defaultdict(list)
+    applied: dict[tuple[int, str], tuple[float, int]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if not key.startswith("lap_") or value is None or value != value:
+                continue
+            if key.endswith("_contribution"):
+                reported[(row["round"], key[4 : -len("_contribution")])].append(value)
+            elif key.endswith("_checksum"):
+                name = key[4 : -len("_checksum")]
+                count = row.get(f"lap_{name}_contributors")
+                applied[(row["round"], name)] = (value, -1 if count is None else int(count))
+    audited, unauditable, broken = 0, 0, []
+    for (round_, name), (total, count) in sorted(applied.items()):
+        parts = reported[(round_, name)]
+        if count < 0 or len(parts) < count:
+            unauditable += 1
+        elif any(
+            abs(sum(c) - total) <= 1e-4 * max(1.0, abs(total)) for c in combinations(parts, count)
+        ):
+            audited += 1
+        else:
+            broken.append(
+                f"round {round_} lap {name}: total {total:.6g} is no sum of {count} of {parts}"
+            )
+    return audited, unauditable, broken
 
 
 def run_in_process(plan: dict[str, Any], workdir: Path) -> tuple[dict, list, list]:
@@ -173,11 +212,14 @@ def soak(plans: int, backend: str, first_seed: int = 0) -> dict[str, Any]:
             started = time.monotonic()
             summary, rows, events = runner(plan, Path(tmp))
             broken = violations(plan, summary, rows, events)
+        audited, unauditable, _ = lap_audit(rows)
         outcomes.append(
             {
                 "plan": plan,
                 "held": not broken,
                 "broken": broken,
+                "laps_audited": audited,
+                "laps_unauditable": unauditable,
                 "wall_s": time.monotonic() - started,
             }
         )
@@ -187,6 +229,8 @@ def soak(plans: int, backend: str, first_seed: int = 0) -> dict[str, Any]:
         "plans": plans,
         "held": sum(o["held"] for o in outcomes),
         "median_wall_s": statistics.median(o["wall_s"] for o in outcomes),
+        "laps_audited": sum(o["laps_audited"] for o in outcomes),
+        "laps_unauditable": sum(o["laps_unauditable"] for o in outcomes),
         "outcomes": outcomes,
     }
 
@@ -205,7 +249,11 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"soak-{args.backend}.json"
     path.write_text(json.dumps(result, indent=1))
-    print(f"{result['held']} of {result['plans']} plans held; written to {path}")
+    print(
+        f"{result['held']} of {result['plans']} plans held; laps audited against their members' "
+        f"contributions: {result['laps_audited']} (not auditable: {result['laps_unauditable']}); "
+        f"written to {path}"
+    )
 
 
 if __name__ == "__main__":

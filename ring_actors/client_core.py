@@ -391,6 +391,8 @@ class ClientCore:
                 self.event("non_finite_contribution", round_, f"lap {name!r}")
                 non_finite.append(f"lap {name}")
                 contribution = {}
+            if contribution:  # what this member put in, for anyone auditing the total
+                metrics[f"lap_{name}_contribution"] = lap_checksum(contribution)
             result = self.laps.run(name, round_, contribution)
             if result is not None:
                 total = {k: v.to(self.device) for k, v in result.total.items()}
@@ -589,7 +591,8 @@ def peak_rss_mb() -> float:
 
 
 def lap_checksum(total: dict[str, torch.Tensor]) -> float:
-    """One number that differs when two members applied different totals."""
+    """One number that differs when two members applied different totals; linear, so a
+    total's is the sum of its contributions'."""
     return float(sum(float(t.double().sum()) for t in total.values()))
 
 
