@@ -10,14 +10,22 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import torch
 import yaml
 
 from ring_actors.algorithms import Algorithm, AlgorithmOptions
 from ring_actors.algorithms.drdfl import DRDFLOptions
-from ring_actors.data.sources import DATASETS
-from ring_actors.plugins import PluginError, known_names, resolve_algorithm
+from ring_actors.data.sources import DATASETS, dataset_facts
+from ring_actors.plugin_paths import (
+    OrPlugin,
+    PluginError,
+    build_plugin_backbone,
+    is_plugin_path,
+    resolve_dataset,
+)
+from ring_actors.plugins import known_names, resolve_algorithm
 
 
 class ConfigError(ValueError):
@@ -84,9 +92,14 @@ class DataSection:
     partition: PartitionSection = field(default_factory=PartitionSection)
 
     def __post_init__(self) -> None:
-        _check(
-            self.dataset in DATASETS, "data.dataset", f"one of {', '.join(DATASETS)}", self.dataset
-        )
+        choices = f"one of {', '.join(DATASETS)}, or module:function of your own loader"
+        if is_plugin_path(self.dataset):
+            try:
+                resolve_dataset(self.dataset)
+            except PluginError as err:
+                raise ConfigError(f"data.dataset: {err}; must be {choices}") from err
+        else:
+            _check(self.dataset in DATASETS, "data.dataset", choices, self.dataset)
         cap = self.max_train_per_client
         _check(cap is None or cap >= 1, "data.max_train_per_client", "null or an int >= 1")
 
@@ -308,6 +321,10 @@ def _plain(value: Any) -> Any:
 
 def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *marks = typing.get_args(tp)
+        plugins = [m.what for m in marks if isinstance(m, OrPlugin)]
+        return ", or ".join([_describe(base), *plugins])
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
@@ -322,6 +339,8 @@ def _describe(tp: Any) -> str:
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     """``value`` as type ``tp``, or a ConfigError naming ``key`` and what is allowed."""
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _coerce_or_plugin(value, tp, key)
     if origin is Literal:
         _check(value in typing.get_args(tp), key, _describe(tp), value)
         return value
@@ -362,8 +381,24 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {tp!r}")
 
 
+def _coerce_or_plugin(value: Any, tp: Any, key: str) -> Any:
+    """A ``module:Name`` value checked by the field's :class:`OrPlugin`, else the plain type."""
+    base, *marks = typing.get_args(tp)
+    plugin = next((m for m in marks if isinstance(m, OrPlugin)), None)
+    if plugin is None or not is_plugin_path(value):
+        try:
+            return _coerce(value, base, key)
+        except ConfigError:
+            raise ConfigError(f"{key}: must be {_describe(tp)}, got {value!r}") from None
+    try:
+        plugin.resolve(value)
+    except PluginError as err:
+        raise ConfigError(f"{key}: {err}; must be {_describe(tp)}") from err
+    return value
+
+
 def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names), key=str)  # YAML keys need not be strings
     if unknown:
@@ -431,8 +466,31 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     """Validate a nested mapping into a :class:`Config`."""
     data = dict(data or {})
     algorithm = _build_algorithm(data.pop("algorithm", {}) or {})
-    config = _build(Config, data, "")
-    return dataclasses.replace(config, algorithm=algorithm)
+    config = dataclasses.replace(_build(Config, data, ""), algorithm=algorithm)
+    _try_plugin_backbone(config)
+    return config
+
+
+def _try_plugin_backbone(config: Config) -> None:
+    """For a built-in dataset the images' shape and classes are known without reading data,
+    so a backbone of one's own is checked with the config; with a loader of one's own,
+    ``--dry-run`` and ``launch`` check it once the data is loaded."""
+    if not is_plugin_path(config.data.dataset):
+        facts = dataset_facts(config.data.dataset, config.data.root)
+        check_backbone_for(config, facts["input_shape"], facts["num_classes"])
+
+
+def check_backbone_for(config: Config, input_shape: tuple[int, int, int], num_classes: int) -> None:
+    """Build a backbone of one's own once for these images, so a broken contract stops the
+    run before any actor starts rather than in every client."""
+    backbone = getattr(config.algorithm.options, "backbone", None)
+    if not is_plugin_path(backbone):
+        return
+    with torch.random.fork_rng(devices=[]):  # checking leaves the global RNG alone
+        try:
+            build_plugin_backbone(backbone, input_shape, num_classes)
+        except PluginError as err:
+            raise ConfigError(f"algorithm.backbone: {err}") from err
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -20,7 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
 
 from ring_actors.client import ClientActor
-from ring_actors.config import Config, FaultSection
+from ring_actors.config import Config, FaultSection, check_backbone_for
 from ring_actors.coordinator import CHECKPOINT, Coordinator
 from ring_actors.data.partition import ClientSplit, split_clients
 from ring_actors.data.sources import DatasetArrays, load_dataset
@@ -266,6 +266,7 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
+    check_backbone_for(config, dataset.input_shape, dataset.num_classes)
     splits = split_for(config, dataset)
     global_test = global_test_indices(
         splits, config.eval.global_max_samples, config.experiment.seed

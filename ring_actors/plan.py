@@ -9,8 +9,9 @@ from pathlib import Path
 import torch
 
 from ring_actors.config import Config, ConfigError, PartitionSection, TopologySection
-from ring_actors.data.sources import DATASETS, dataset_facts
+from ring_actors.data.sources import DATASETS, DatasetError, dataset_facts
 from ring_actors.method_factory import build_algorithm
+from ring_actors.models import BACKBONES
 from ring_actors.placement import slot_limit, threads_per_slot
 from ring_actors.plugins import PluginError, known_names, resolve_algorithm
 
@@ -32,7 +33,15 @@ def list_choices(paper_dir: Path) -> str:
         defaults = method.Options()
         options = ", ".join(f"{f}={getattr(defaults, f)!r}" for f in defaults.__dataclass_fields__)
         lines.append(f"             {options}")
-    lines.append(f"datasets (data.dataset): {', '.join(DATASETS)}")
+    lines.append(
+        f"backbones (algorithm.backbone): {', '.join(BACKBONES)} (a method may offer others: "
+        "see its backbone= above), or module:Class of your own, an nn.Module built as "
+        "Class(input_shape, num_classes) with body, head and feature_dim"
+    )
+    lines.append(
+        f"datasets (data.dataset): {', '.join(DATASETS)}, or module:function of your own, "
+        "load(root, download) returning a ring_actors.data.sources.DatasetArrays"
+    )
     kinds = typing.get_args(typing.get_type_hints(PartitionSection)["kind"])
     lines.append(f"partitions (data.partition.kind): {', '.join(kinds)}")
     kinds = typing.get_args(typing.get_type_hints(TopologySection)["kind"])
@@ -47,14 +56,20 @@ def list_choices(paper_dir: Path) -> str:
 def describe_plan(config: Config) -> str:
     """Validate against this machine: the data, the placement, slots, memory, bytes per hop."""
     data, clients = config.data, config.clients
-    facts = dataset_facts(data.dataset, data.root)
+    try:
+        facts = dataset_facts(data.dataset, data.root, data.download)
+    except DatasetError as err:  # a loader of one's own, run here for its facts
+        raise ConfigError(str(err)) from err
     cores = os.cpu_count() or 1
     node = {"CPU": cores, "GPU": torch.cuda.device_count()}
     limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
     total = config.total_clients
-    method = build_algorithm(
-        config, 0, facts["num_classes"], facts["input_shape"], torch.device("cpu")
-    )
+    try:
+        method = build_algorithm(
+            config, 0, facts["num_classes"], facts["input_shape"], torch.device("cpu")
+        )
+    except PluginError as err:  # a backbone of one's own, first built for these images
+        raise ConfigError(f"algorithm.backbone: {err}") from err
     shared = method.offer() if method.offer() is not None else method.shared_state()
     hop_bytes = _nbytes(shared)
     # A lap method pushes nothing: its traffic is the token, which carries the running total.
@@ -64,9 +79,11 @@ def describe_plan(config: Config) -> str:
             f"data.root: {data.dataset} is not at {facts['where']} and data.download is false"
         )
     data_line = "found" if facts["present"] else "missing: downloaded at launch"
+    shape = "x".join(str(n) for n in facts["input_shape"])
     return "\n".join(
         [
-            f"data:      {data.dataset} at {facts['where']} ({data_line})",
+            f"data:      {data.dataset} at {facts['where']} ({data_line}): "
+            f"{facts['num_classes']} classes, images {shape}",
             f"clients:   {total} ({clients.count} at the start), each {clients.num_cpus:g} CPU "
             f"and {clients.num_gpus:g} GPU: {total * clients.num_cpus:g} CPUs and "
             f"{total * clients.num_gpus:g} GPUs asked of the cluster",

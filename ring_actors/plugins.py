@@ -3,38 +3,33 @@ class implementing :class:`~ring_actors.algorithms.Algorithm`), or a name that a
 package registers under the ``ring_actors.algorithms`` entry-point group.
 
 The config check and the code that builds a client's method both resolve names here, so a
-name that passes validation is the class every client runs.
+name that passes validation is the class every client runs. Backbones and datasets of one's
+own are imported the same way (``plugin_paths``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from ring_actors.algorithms import ALGORITHMS, Algorithm, AlgorithmOptions
+from ring_actors.plugin_paths import PluginError, import_path, is_plugin_path, load_plugin
 
 ENTRY_POINTS = "ring_actors.algorithms"
-
-
-class PluginError(ValueError):
-    """A method named in a config that cannot be found or is not a method."""
 
 
 def resolve_algorithm(name: str) -> type[Algorithm]:
     """The method class ``name`` stands for: built in, ``module:Class``, or an entry point."""
     if name in ALGORITHMS:
         return ALGORITHMS[name]
-    if ":" in name:
-        module, _, attribute = name.partition(":")
-        found = _load(name, lambda: getattr(importlib.import_module(module), attribute))
+    if is_plugin_path(name):
+        found = import_path(name)
     else:
         registered = {e.name: e for e in entry_points(group=ENTRY_POINTS)}
         if name not in registered:
             raise PluginError(f"unknown method {name!r}")
-        found = _load(name, registered[name].load)
+        found = load_plugin(name, registered[name].load)
     if not (isinstance(found, type) and issubclass(found, Algorithm)):
         raise PluginError(f"{name!r} is not a subclass of ring_actors.algorithms.Algorithm")
     if inspect.isabstract(found):
@@ -43,14 +38,6 @@ def resolve_algorithm(name: str) -> type[Algorithm]:
     if not (dataclasses.is_dataclass(options) and issubclass(options, AlgorithmOptions)):
         raise PluginError(f"{name!r}: its Options must be a dataclass subclass of AlgorithmOptions")
     return found
-
-
-def _load(name: str, load: Callable[[], object]) -> object:
-    """Run the user's import; whatever it raises becomes a PluginError naming the method."""
-    try:
-        return load()
-    except Exception as err:  # a user's module may fail to import in any way
-        raise PluginError(f"cannot import {name!r}: {type(err).__name__}: {err}") from err
 
 
 def known_names() -> list[str]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import torch
 
 from ring_actors import optim
 from ring_actors.data.images import LabelledImages
+from ring_actors.plugin_paths import BACKBONE_PLUGIN
 from ring_actors.protocol import Payload
 
 
@@ -18,7 +19,8 @@ class AlgorithmOptions:
     """Hyperparameters every method shares; methods subclass this with their own keys."""
 
     lr: float = 1e-3
-    backbone: Literal["cnn", "resnet18"] = "cnn"
+    # A built-in name, or module:Class of one's own (its contract: ring_actors.plugin_paths).
+    backbone: Annotated[Literal["cnn", "resnet18"], BACKBONE_PLUGIN] = "cnn"
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = 0.9
     weight_decay: float = 0.0

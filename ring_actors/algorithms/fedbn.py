@@ -10,20 +10,22 @@ ResNet's shortcut normalisation stays local too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import nn
 
 from ring_actors.algorithms.base import AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.fedavg import FedAvg
+from ring_actors.plugin_paths import BACKBONE_PLUGIN
 
 
 @dataclass(frozen=True)
 class FedBNOptions(AlgorithmOptions):
-    """FedBN needs BatchNorm layers: the small CNN with BatchNorm, or the ResNet-18."""
+    """FedBN needs BatchNorm layers: the small CNN with BatchNorm, the ResNet-18, or a
+    backbone of one's own that has some."""
 
-    backbone: Literal["cnn_bn", "resnet18"] = "cnn_bn"
+    backbone: Annotated[Literal["cnn_bn", "resnet18"], BACKBONE_PLUGIN] = "cnn_bn"
 
 
 def batch_norm_keys(model: nn.Module) -> tuple[str, ...]:

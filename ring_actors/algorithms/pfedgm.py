@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ from ring_actors.algorithms.pfedgm_personal import PersonalHead, fit_sgd, refit_
 from ring_actors.data.images import LabelledImages
 from ring_actors.models import build_backbone
 from ring_actors.models.pfedgm_nets import FedPACCNN
+from ring_actors.plugin_paths import BACKBONE_PLUGIN
 from ring_actors.protocol import Payload
 
 LAP = "phase1"
@@ -50,7 +51,7 @@ class PFedGMOptions(AlgorithmOptions):
     """pFedGM hyperparameters; defaults are the paper's, or the notes' where it is silent."""
 
     lr: float = 0.01
-    backbone: Literal["fedpac_cnn", "cnn", "resnet18"] = "fedpac_cnn"
+    backbone: Annotated[Literal["fedpac_cnn", "cnn", "resnet18"], BACKBONE_PLUGIN] = "fedpac_cnn"
     optimizer: Literal["adam", "sgd"] = "sgd"
     momentum: float = 0.5
     weight_decay: float = 5e-4

@@ -1,4 +1,8 @@
-"""Load benchmark image datasets as uint8 arrays from local files, so runs work offline."""
+"""Load benchmark image datasets as uint8 arrays from local files, so runs work offline.
+
+A dataset of one's own is ``module:load``, a loader returning :class:`DatasetArrays` (its
+contract: ``ring_actors.plugin_paths``); what it returns is checked here.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from typing import IO
 
 import numpy as np
 
+from ring_actors.plugin_paths import PluginError, is_plugin_path, resolve_dataset
+
 DATASETS = ("mnist", "fashion-mnist", "cifar10", "cifar100", "svhn")
 
 # Bumped whenever the decoders change, so stale .npz caches are ignored.
@@ -28,6 +34,10 @@ Splits = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 class DatasetUnavailable(FileNotFoundError):
     """The dataset's files are not under the data root and could not be downloaded."""
+
+
+class DatasetError(ValueError):
+    """A dataset loader of one's own failed, or returned something that is not a dataset."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -342,9 +352,23 @@ def _unavailable(name: str, spec: _Spec, root: Path, reason: str) -> DatasetUnav
     )
 
 
-def dataset_facts(name: str, root: str | os.PathLike | None = None) -> dict[str, object]:
+def dataset_facts(
+    name: str, root: str | os.PathLike | None = None, download: bool = True
+) -> dict[str, object]:
     """What a run needs to know of ``name`` before loading it: classes, image shape, and
-    where its files are (or would be downloaded to)."""
+    where its files are (or would be downloaded to).
+
+    A loader of one's own is the only source of its facts, so it is run (``download`` is
+    passed on to it).
+    """
+    if is_plugin_path(name):
+        dataset = load_dataset(name, root, download)
+        return {
+            "num_classes": dataset.num_classes,
+            "input_shape": dataset.input_shape,
+            "present": True,
+            "where": str(resolve_root(root)),
+        }
     spec = _SPECS[name]
     data_root = resolve_root(root)
     found = _find(spec, data_root)
@@ -364,8 +388,11 @@ def load_dataset(
 
     Decoded arrays are cached as .npz under ``$RING_ACTORS_CACHE/extracted`` (default
     ``<user cache dir>/ring-actors/extracted``), never inside the possibly read-only root.
-    Missing files are downloaded through torchvision when ``download`` is True.
+    Missing files are downloaded through torchvision when ``download`` is True. A
+    ``module:load`` name is a loader of one's own, called as ``load(root, download)``.
     """
+    if is_plugin_path(name):
+        return _load_plugin(name, resolve_root(root), download)
     if name not in _SPECS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     spec = _SPECS[name]
@@ -394,3 +421,55 @@ def load_dataset(
     return DatasetArrays(
         name, train_x, train_y, test_x, test_y, spec.num_classes, spec.mean, spec.std
     )
+
+
+# ---------------------------------------------------------------- a loader of one's own
+
+
+def _load_plugin(path: str, root: Path, download: bool) -> DatasetArrays:
+    """Run the user's loader; any failure is a DatasetError naming ``data.dataset``."""
+    try:
+        load = resolve_dataset(path)
+    except PluginError as err:
+        raise DatasetError(f"data.dataset: {err}") from err
+    try:
+        dataset = load(root, download)
+    except Exception as err:  # the user's loader may fail in any way
+        raise DatasetError(f"data.dataset: {path!r} failed: {type(err).__name__}: {err}") from err
+    problem = _plugin_problem(dataset)
+    if problem:
+        raise DatasetError(f"data.dataset: {path!r} returned {problem}")
+    return dataset
+
+
+def _plugin_problem(dataset: object) -> str | None:
+    """What is wrong with a loader's result, or None: the clients and methods take it as is."""
+    if not isinstance(dataset, DatasetArrays):
+        return f"a {type(dataset).__name__}, not a ring_actors.data.sources.DatasetArrays"
+    classes = dataset.num_classes
+    if not isinstance(classes, int) or isinstance(classes, bool) or classes < 2:
+        return f"num_classes={classes!r}: must be an int >= 2"
+    shapes = set()
+    for split in ("train", "test"):
+        x, y = getattr(dataset, f"{split}_x"), getattr(dataset, f"{split}_y")
+        if not (isinstance(x, np.ndarray) and x.dtype == np.uint8 and x.ndim == 4 and len(x)):
+            return f"{split}_x {_array_text(x)}: must be uint8 images (N, C, H, W), N >= 1"
+        if not (isinstance(y, np.ndarray) and y.dtype == np.int64 and y.shape == (len(x),)):
+            return f"{split}_y {_array_text(y)}: must be int64 labels ({len(x)},), one per image"
+        if y.min() < 0 or y.max() >= classes:
+            return f"{split}_y: labels in {y.min()}..{y.max()}, outside 0..{classes - 1}"
+        shapes.add(x.shape[1:])
+    if len(shapes) > 1:
+        return f"train and test images of different shapes {sorted(shapes)}"
+    channels = dataset.train_x.shape[1]
+    if not len(dataset.mean) == len(dataset.std) == channels:
+        return f"mean {dataset.mean} and std {dataset.std}: must have one value per channel"
+    if not all(s > 0 for s in dataset.std):
+        return f"std {dataset.std}: every value must be > 0"
+    return None
+
+
+def _array_text(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        return f"of dtype {value.dtype} and shape {value.shape}"
+    return f"a {type(value).__name__}"
