@@ -154,6 +154,7 @@ def make_config(args: argparse.Namespace, clients: int, tmp: Path):
                 "num_cpus": args.cores / clients,
                 "local_epochs": args.local_epochs,
                 "batch_size": args.batch_size,
+                "checkpoint": not args.no_checkpoint,
             },
             "algorithm": {"name": "dfedavg", "lr": args.lr},
             "schedule": {"mode": "sync", "hop_timeout_s": 60},
@@ -354,6 +355,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "share of the machine's CPU during either run",
     )
     parser.add_argument("--retries", type=int, default=3)
+    parser.add_argument(
+        "--no-checkpoint", action="store_true", help="ring clients write no per-round checkpoint"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write every run here")
     parser.add_argument("--report", type=Path, default=None, help="only reprint a --json file")
     return parser.parse_args(argv)

@@ -136,7 +136,8 @@ class ClientCore:
         self.thread: threading.Thread | None = None
         self.journal_entries: list[JournalEntry] = []  # what the coordinator was told
         self.resumed_after = -1  # a restarted client does not re-enter its fatal round's fault
-        self.recent_pushes: list[Payload] = []  # re-sent after a restart: peers may lack them
+        # Re-sent to a new out-neighbour, which may need the one before the newest.
+        self.recent_pushes: list[Payload] = []
         # Pushes taken since the last checkpoint, on disk before they are acknowledged; the
         # lock keeps a push from being dropped between entering the inbox and the spool.
         self.spool = Spool(checkpoint_path.with_suffix(".inbox")) if checkpoint_path else None
@@ -530,8 +531,16 @@ class ClientCore:
         assert path is not None
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
+        # A receiver keeps every push it acknowledged (its spool): a restart needs only those
+        # still unacknowledged, and the newest (its acknowledgement may be on the way).
+        with self.outbox.lock:
+            waiting = [
+                f.payload for f in self.outbox.in_flight if f.payload.channel == Channel.SHARE
+            ]
         with self.lock:
-            pushes = [p for p in (*self.recent_pushes, self.last_push) if p is not None]
+            last = self.last_push
+        older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
+        pushes = [*older.values(), *([last] if last else [])]  # restored as ``last_push``
         torch.save(
             {
                 "round": round_,

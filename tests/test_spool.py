@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 
 import torch
 
@@ -75,3 +76,26 @@ def test_a_client_that_does_not_checkpoint_writes_nothing(tmp_path):
     client = checkpointing_core(None)
     assert client.receive(share(client, 2, 0)) and client.spool is None
     assert list(tmp_path.iterdir()) == []
+
+
+class Silent:
+    """A peer that never acknowledges."""
+
+    def receive(self, payload) -> Future:
+        return Future()
+
+
+def test_a_checkpoint_keeps_the_newest_push_and_those_not_yet_acknowledged(tmp_path):
+    path = tmp_path / "client-0.pt"
+    client = checkpointing_core(path)
+    client.set_view(View(2, (0, 1, 2), (0, 0, 0)), {1: Silent()})
+    unanswered, answered, newest = (share(client, 0, r) for r in (1, 2, 3))
+    client.outbox.send(1, unanswered)
+    client.outbox.send(2, answered)  # peer 2 acknowledges at once
+    client.tick()
+    client.last_push = newest
+    client.save_checkpoint(3)
+    restarted = checkpointing_core(path)
+    restarted.load_checkpoint()
+    assert [p.round for p in restarted.recent_pushes] == [1]
+    assert restarted.last_push.round == 3
