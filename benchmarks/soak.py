@@ -2,10 +2,12 @@
 
     python -m benchmarks.soak --plans 50                      # in-process ring, seconds each
     python -m benchmarks.soak --plans 10 --backend ray        # real actors, ~1 min each
+    python -m benchmarks.soak --plans 10 --backend ray --nodes 3   # and killed nodes
 
 A plan mixes crashes, hangs, slow clients, joins and method errors (on Ray also a killed
-coordinator), in sync or async mode, on a ring or a dynamic topology, with a push method
-(``dfedavg``) or a lap method (``fedavg``). Each run must hold:
+coordinator; on several nodes, about half the plans lose a whole node), in sync or async
+mode, on a ring or a dynamic topology, with a push method (``dfedavg``) or a lap method
+(``fedavg``). Each run must hold:
 
 - every round completes on the live members, and nothing stops the run;
 - no payload is lost;
@@ -35,8 +37,9 @@ RESULTS = Path(__file__).parent / "results"
 HOP_S = {"in-process": 0.5, "ray": 4.0}  # schedule.hop_timeout_s of each backend
 
 
-def random_plan(seed: int, backend: str) -> dict[str, Any]:
-    """One seeded plan: the setting and its faults (at least two clients never faulted)."""
+def random_plan(seed: int, backend: str, nodes: int = 1) -> dict[str, Any]:
+    """One seeded plan: the setting and its faults (at least two clients never faulted, or
+    one and a lost node, which takes every client placed on it)."""
     rng = random.Random(seed)
     count, rounds = rng.choice([4, 5]), 6
     plan: dict[str, Any] = {
@@ -46,6 +49,7 @@ def random_plan(seed: int, backend: str) -> dict[str, Any]:
         "topology": rng.choice(["ring", "dynamic"]),
         "count": count,
         "rounds": rounds,
+        "nodes": nodes,
         "faults": [],
     }
     victims = rng.sample(range(count), rng.randint(1, count - 2))
@@ -62,6 +66,11 @@ def random_plan(seed: int, backend: str) -> dict[str, Any]:
         plan["faults"].append({"at_round": rng.randint(2, rounds - 2), "join": 1})
     if backend == "ray" and rng.random() < 0.3:
         plan["faults"].append({"at_round": rng.randint(1, rounds - 2), "kill_coordinator": True})
+    if nodes > 1 and rng.random() < 0.5:  # one client fault at most beside it: someone survives
+        first, others = plan["faults"][0], plan["faults"][len(victims) :]  # others: join, kill
+        spared = rng.choice([c for c in range(count) if c != victims[0]])
+        lost = {"at_round": rng.randint(1, rounds - 2), "kill_node": [spared]}
+        plan["faults"] = [first, *others, lost]
     return plan
 
 
@@ -122,7 +131,12 @@ def violations(
         broken.append(f"no results for surviving clients {sorted(missing)}")
     seen = {(e["kind"], e["client"]) for e in events}
     for entry in plan["faults"]:
-        for kind, event in (("crash", "crash"), ("hang", "hang"), ("error", "client_error")):
+        for kind, event in (
+            ("crash", "crash"),
+            ("hang", "hang"),
+            ("error", "client_error"),
+            ("kill_node", "crash"),  # at least the named client: its node took it
+        ):
             for client in entry.get(kind, []):
                 if (event, client) not in seen:
                     broken.append(f"no {event} event for client {client}")
@@ -202,12 +216,12 @@ def run_on_ray(plan: dict[str, Any], workdir: Path) -> tuple[dict, list, list]:
     return summary, rows, events
 
 
-def soak(plans: int, backend: str, first_seed: int = 0) -> dict[str, Any]:
+def soak(plans: int, backend: str, first_seed: int = 0, nodes: int = 1) -> dict[str, Any]:
     """Run ``plans`` plans and report which held."""
     runner = run_in_process if backend == "in-process" else run_on_ray
     outcomes = []
     for seed in range(first_seed, first_seed + plans):
-        plan = random_plan(seed, backend)
+        plan = random_plan(seed, backend, nodes)
         with tempfile.TemporaryDirectory() as tmp:
             started = time.monotonic()
             summary, rows, events = runner(plan, Path(tmp))
@@ -240,14 +254,32 @@ def main() -> None:
     parser.add_argument("--plans", type=int, default=50)
     parser.add_argument("--backend", choices=["in-process", "ray"], default="in-process")
     parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--nodes", type=int, default=1, help="ray: worker nodes of a one-machine Ray cluster"
+    )
     args = parser.parse_args()
+    if args.nodes > 1 and args.backend != "ray":
+        parser.error("--nodes needs --backend ray")
+    cluster = None
     if args.backend == "ray":
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    result = soak(args.plans, args.backend, args.first_seed)
+        if args.nodes > 1:  # the head hosts the driver and the coordinator, workers the clients
+            from ray.cluster_utils import Cluster
+
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+            for _ in range(args.nodes):
+                cluster.add_node(num_cpus=1)
+            ray.init(address=cluster.address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    result = soak(args.plans, args.backend, args.first_seed, args.nodes)
+    if cluster is not None:
+        ray.shutdown()
+        cluster.shutdown()
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"soak-{args.backend}.json"
+    nodes = f"-{args.nodes}-nodes" if args.nodes > 1 else ""
+    path = RESULTS / f"soak-{args.backend}{nodes}.json"
     path.write_text(json.dumps(result, indent=1))
     print(
         f"{result['held']} of {result['plans']} plans held; laps audited against their members' "

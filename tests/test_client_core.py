@@ -196,3 +196,15 @@ def test_a_send_to_a_member_without_a_handle_waits_for_one():
     client.outbox.retry_s = 0.0
     client.tick()
     assert late.got == [payload]
+
+
+def test_views_are_ordered_by_epoch_so_a_stale_coordinator_cannot_roll_one_back():
+    """A view of a later epoch is adopted whatever its number: only the coordinator sends
+    views, and a restarted one numbers its epochs above every one it issued before
+    (``test_coordinator_core``), so a higher epoch is the newer membership. What must never
+    happen is a view of a lower epoch (a coordinator's reply that was overtaken) replacing it."""
+    client = core()
+    client.set_view(View(9, (0, 2), (0, 0)), {})  # a restarted coordinator jumped ahead
+    client.set_view(View(4, (0, 1, 2), (0, 0, 0)), {1: Peer()})  # an older incarnation's
+    assert client.current_view.epoch == 9 and client.current_view.members == (0, 2)
+    assert client.topology.out_neighbours(client.current_view.members, 0, 0) == [2]
