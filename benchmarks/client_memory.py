@@ -64,8 +64,8 @@ class Probe:
 
 def measure(overrides: list[str], rounds: int, allocator: bool, torch_optim: bool) -> dict:
     from ring_actors.config import load_config
+    from ring_actors.data.client_splits import global_test_indices, split_for
     from ring_actors.data.sources import load_dataset
-    from ring_actors.experiment import global_test_indices, split_for
 
     config = load_config("jobs/configs/quickstart.yaml", overrides)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)

@@ -35,10 +35,7 @@ def measure(rounds: int, clients: int, samples: int) -> dict[str, Any]:
     import torch
 
     from ring_actors.config import config_from_dict
-    from ring_actors.data.sources import load_dataset
-    from ring_actors.experiment import global_test_indices, split_for
     from ring_actors.in_process import InProcessRing
-    from ring_actors.method_factory import client_data
 
     torch.set_num_threads(1)
     config = config_from_dict(
@@ -51,16 +48,9 @@ def measure(rounds: int, clients: int, samples: int) -> dict[str, Any]:
             "eval": {"every": rounds, "global_max_samples": 100},
         }
     )
-    dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
-    splits = split_for(config, dataset)
-    pick = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
-    cpu = torch.device("cpu")
-    data = [
-        client_data(dataset, s, (dataset.test_x[pick], dataset.test_y[pick]), cpu) for s in splits
-    ]
     trace: list[tuple[int, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        ring = InProcessRing(config, data, dataset.num_classes, dataset.input_shape, Path(tmp))
+        ring = InProcessRing.from_config(config, Path(tmp))
         done = threading.Event()
 
         def sample() -> None:

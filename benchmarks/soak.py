@@ -184,20 +184,11 @@ def run_in_process(plan: dict[str, Any], workdir: Path) -> tuple[dict, list, lis
     import torch
 
     from ring_actors.config import config_from_dict
-    from ring_actors.data.sources import load_dataset
-    from ring_actors.experiment import global_test_indices, split_for
     from ring_actors.in_process import InProcessRing
-    from ring_actors.method_factory import client_data
 
     torch.set_num_threads(1)
     config = config_from_dict(plan_config(plan, "in-process", workdir))
-    dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
-    splits = split_for(config, dataset)
-    pick = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
-    global_test = (dataset.test_x[pick], dataset.test_y[pick])
-    cpu = torch.device("cpu")
-    data = [client_data(dataset, split, global_test, cpu) for split in splits]
-    ring = InProcessRing(config, data, dataset.num_classes, dataset.input_shape, workdir)
+    ring = InProcessRing.from_config(config, workdir)
     summary = ring.run(timeout_s=180)
     return summary, ring.coordinator.rows, ring.coordinator.events
 

@@ -104,8 +104,8 @@ def write_splits(spec: dict[str, Any], path: Path) -> dict[str, Any]:
     """Every client's train/test indices, as the ring computes them, for the other sides."""
     import numpy as np
 
+    from ring_actors.data.client_splits import split_for
     from ring_actors.data.sources import load_dataset
-    from ring_actors.experiment import split_for
 
     config = ring_config(spec)
     dataset = load_dataset("fashion-mnist", spec["data_root"], download=False)

@@ -354,7 +354,11 @@ class ClientCore:
             self.control.report_failed(self.id, self.round, text)
 
     def _initialise_from_hand_off(self) -> None:
-        """Run ``init_from`` on the hand-off; a method that hands nothing over needs none."""
+        """Run ``init_from`` on the hand-off; a method that hands nothing over needs none,
+        and a newcomer configured to start fresh waits for none."""
+        if self.config.clients.join_start == "fresh":
+            self.event("join_fresh", -1)
+            return
         if not self.hand_off_tensors:
             return
         arrived = self.inbox.wait(

@@ -129,6 +129,10 @@ class ClientsSection:
     # clients; an int sets it per node. Torch threads per client: the node's cores / slots.
     concurrency: int | Literal["auto"] = "auto"
     slots_per_gpu: int = 2
+    # How a newcomer (a joiner, or a restarted client without a checkpoint) starts: from its
+    # predecessor's hand-off through the method's ``init_from``, as the papers do, or
+    # ``fresh``, the ablation that shows what the hand-off is worth.
+    join_start: Literal["hand_off", "fresh"] = "hand_off"
 
     def __post_init__(self) -> None:
         _check(

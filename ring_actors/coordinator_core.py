@@ -137,7 +137,7 @@ class CoordinatorCore:
             self._event("join", client_id, first_round, f"spliced in after {after}")
             self.checkpoint(force=True)  # written before anyone acts on the new member
             self._broadcast()
-            self.handles[after].hand_off(client_id, handle)
+            self._hand_off(after, client_id, handle)
             handle.start(first_round, True)
             return after
 
@@ -170,10 +170,15 @@ class CoordinatorCore:
             self.checkpoint(force=True)
             self._broadcast()
             if checkpoint_round is None:
-                self.handles[after].hand_off(client_id, handle)
+                self._hand_off(after, client_id, handle)
             view = self.table.view()
             handles = {c: self.handles[c] for c in view.members}
             return Readmission(first_round, checkpoint_round is None, view, handles)
+
+    def _hand_off(self, after: int, client_id: int, handle: ClientHandle) -> None:
+        """Ask ``after`` to hand the newcomer its state, unless newcomers start fresh."""
+        if self.config.clients.join_start == "hand_off":
+            self.handles[after].hand_off(client_id, handle)
 
     def _predecessor(self, client_id: int) -> int:
         order = self.table.order

@@ -12,7 +12,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import ray
 import yaml
 from ray.exceptions import RayActorError
@@ -22,8 +21,9 @@ from tqdm import tqdm
 from ring_actors.client import ClientActor
 from ring_actors.config import Config, FaultSection, check_backbone_for
 from ring_actors.coordinator import CHECKPOINT, Coordinator
-from ring_actors.data.partition import ClientSplit, split_clients
-from ring_actors.data.sources import DatasetArrays, load_dataset
+from ring_actors.data.client_splits import global_test_indices, split_for
+from ring_actors.data.partition import ClientSplit
+from ring_actors.data.sources import load_dataset
 from ring_actors.faults import driver_faults_due
 from ring_actors.placement import slot_limit
 from ring_actors.recovery import actor_name
@@ -197,58 +197,6 @@ def check_output_dir(output_dir: Path) -> None:
             f"output dir {output_dir} already holds a run ({CHECKPOINT}); "
             "pass another --output-dir or remove it"
         )
-
-
-def split_for(config: Config, dataset: DatasetArrays) -> list[ClientSplit]:
-    """Every client's train and test indices, late joiners included, as the config says.
-
-    With ``joiner_classes: other_half`` the first clients share the lower half of the classes
-    and the joiners the upper half: newcomers bring classes the ring has never seen.
-    """
-    part = config.data.partition
-    joiners = config.total_clients - config.clients.count
-    if part.joiner_classes == "all" or joiners == 0:
-        return _split(config, dataset, config.total_clients, None)
-    half = dataset.num_classes // 2
-    return _split(config, dataset, config.clients.count, (0, half)) + _split(
-        config, dataset, joiners, (half, dataset.num_classes)
-    )
-
-
-def _split(
-    config: Config, dataset: DatasetArrays, count: int, classes: tuple[int, int] | None
-) -> list[ClientSplit]:
-    """``count`` clients' splits over the samples whose label lies in ``classes`` (all: None)."""
-    part = config.data.partition
-    train = _in_classes(dataset.train_y, classes)
-    test = _in_classes(dataset.test_y, classes)
-    splits = split_clients(
-        dataset.train_y[train],
-        dataset.test_y[test],
-        count,
-        part.kind,
-        beta=part.beta,
-        classes_per_client=part.classes_per_client,
-        min_size=part.min_size,
-        max_train_per_client=config.data.max_train_per_client,
-        seed=config.experiment.seed if classes is None else config.experiment.seed + classes[0],
-    )
-    return [ClientSplit(train=train[s.train], test=test[s.test]) for s in splits]
-
-
-def _in_classes(labels: np.ndarray, classes: tuple[int, int] | None) -> np.ndarray:
-    if classes is None:
-        return np.arange(len(labels), dtype=np.int64)
-    low, high = classes
-    return np.flatnonzero((labels >= low) & (labels < high)).astype(np.int64)
-
-
-def global_test_indices(splits: list[ClientSplit], cap: int | None, seed: int) -> np.ndarray:
-    """The Global-T set: the union of all clients' test splits, or a seeded subset of it."""
-    union = np.sort(np.concatenate([s.test for s in splits]))
-    if cap is None or cap >= len(union):
-        return union
-    return np.sort(np.random.default_rng(seed).choice(union, size=cap, replace=False))
 
 
 def launch(config: Config, output_dir: Path | None = None, resume: bool = False) -> Experiment:

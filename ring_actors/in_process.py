@@ -13,12 +13,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
+
 from ring_actors.client_core import ClientCore, ClientData
 from ring_actors.config import Config
 from ring_actors.coordinator_core import CoordinatorCore
+from ring_actors.data.client_splits import global_test_indices, split_for
+from ring_actors.data.sources import load_dataset
 from ring_actors.faults import driver_faults_due
 from ring_actors.membership import View
-from ring_actors.method_factory import build_algorithm
+from ring_actors.method_factory import build_algorithm, client_data
 from ring_actors.protocol import Payload
 from ring_actors.tracking import Tracker
 from ring_actors.transport import ClientHandle, PeerGone
@@ -133,6 +137,18 @@ class InProcessRing:
         self.admitted = set(range(config.clients.count))
         self.stopping = threading.Event()
         self.loop = threading.Thread(target=self._reconcile, daemon=True)
+
+    @classmethod
+    def from_config(cls, config: Config, output_dir: Path) -> InProcessRing:
+        """The ring a config describes, on the CPU: its dataset read, partitioned and
+        sampled exactly as a launch on Ray does, standby joiners included."""
+        dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
+        splits = split_for(config, dataset)
+        pick = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
+        global_test = (dataset.test_x[pick], dataset.test_y[pick])
+        cpu = torch.device("cpu")
+        data = [client_data(dataset, split, global_test, cpu) for split in splits]
+        return cls(config, data, dataset.num_classes, dataset.input_shape, output_dir)
 
     def handle(self, client_id: int) -> LocalHandle:
         return LocalHandle(self.clients[client_id])

@@ -10,9 +10,10 @@ from ring_actors.algorithms import ALGORITHMS
 from ring_actors.client_core import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.in_process import InProcessRing
+from ring_actors.protocol import Channel
 from tests.algorithms.synthetic import separable
 
-SHAPE = (1, 28, 28)
+SHAPE = (1, 16, 16)
 CLASSES = 4
 
 
@@ -27,11 +28,25 @@ def client_data(count: int) -> list[ClientData]:
     ]
 
 
-def ring(tmp_path, algorithm="dfedavg", count=4, rounds=3, reserve=0, faults=(), **schedule):
+def ring(
+    tmp_path,
+    algorithm="dfedavg",
+    count=4,
+    rounds=3,
+    reserve=0,
+    faults=(),
+    join_start="hand_off",
+    **schedule,
+):
     config = config_from_dict(
         {
             "experiment": {"name": "inproc", "rounds": rounds},
-            "clients": {"count": count, "reserve": reserve, "batch_size": 16},
+            "clients": {
+                "count": count,
+                "reserve": reserve,
+                "batch_size": 16,
+                "join_start": join_start,
+            },
             "algorithm": {"name": algorithm},
             "schedule": {"hop_timeout_s": 1.0, "heartbeat_s": 0.1, **schedule},
             "faults": list(faults),
@@ -90,6 +105,18 @@ def test_a_joiner_is_spliced_in_and_initialised(tmp_path):
     run.close()
     kinds = [e["kind"] for e in run.coordinator.events]
     assert "join" in kinds and "join_initialised" in kinds
+    assert run.clients[4].core.completed == 4
+
+
+def test_a_joiner_told_to_start_fresh_is_handed_nothing(tmp_path):
+    run = ring(tmp_path, rounds=5, reserve=1, join_start="fresh")
+    run.start()
+    run.join(1, first_round=2)
+    run.wait(timeout_s=60)
+    run.close()
+    kinds = [e["kind"] for e in run.coordinator.events]
+    assert "join_fresh" in kinds and "join_initialised" not in kinds
+    assert not run.clients[4].core.inbox.peek(lambda p: p.channel == Channel.INIT)
     assert run.clients[4].core.completed == 4
 
 

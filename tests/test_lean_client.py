@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("mlflow", "matplotlib", "scipy", "pandas", "pyarrow", "sympy", "torch._dynamo")
 
 TRAIN_ONE_ROUND = """
@@ -30,6 +32,7 @@ print(",".join(m for m in HEAVY if m in sys.modules))
 """
 
 
+@pytest.mark.slow
 def test_a_client_trains_without_importing_heavy_stacks():
     code = f"HEAVY = {HEAVY!r}\n{TRAIN_ONE_ROUND}"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

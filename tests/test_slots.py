@@ -36,6 +36,7 @@ def test_auto_limit_is_cores_or_gpus_times_slots_per_gpu():
     assert threads_per_slot(16, {"CPU": 8.0}) == 1
 
 
+@pytest.mark.slow
 def test_never_more_than_the_limit_and_oldest_round_first(ray_local):
     pool = POOL.remote(2)
     rounds = {0: 3, 1: 1, 2: 4, 3: 2, 4: 0}
@@ -61,6 +62,7 @@ def test_never_more_than_the_limit_and_oldest_round_first(ray_local):
     ray.kill(pool)
 
 
+@pytest.mark.slow
 def test_a_holder_renews_its_slot_and_one_that_dies_gives_it_back(ray_local):
     pool = POOL.options(name="slots-under-test").remote(1, lease_s=1.0)
     holder = Holder.remote()
@@ -73,6 +75,7 @@ def test_a_holder_renews_its_slot_and_one_that_dies_gives_it_back(ray_local):
     ray.kill(pool)
 
 
+@pytest.mark.slow
 def test_a_restarted_client_asking_again_replaces_its_old_slot(ray_local):
     pool = POOL.remote(1)
     ray.get(pool.acquire.remote(7, 3))

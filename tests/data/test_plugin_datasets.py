@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from examples.stripes import CLASSES, SHAPE, load_stripes
 from jobs.train import main
@@ -17,9 +16,7 @@ from ring_actors.data.sources import (
     load_dataset,
     resolve_root,
 )
-from ring_actors.experiment import global_test_indices, split_for
 from ring_actors.in_process import InProcessRing
-from ring_actors.method_factory import client_data
 from tests.jobs.test_train_cli import run
 
 STRIPES = "examples.stripes:load_stripes"
@@ -112,13 +109,7 @@ def test_a_plug_in_dataset_trains_a_ring_through_the_experiment_data_path(tmp_pa
             "eval": {"global_max_samples": 60},
         }
     )
-    dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
-    splits = split_for(config, dataset)
-    global_test = global_test_indices(splits, 60, config.experiment.seed)
-    shared = (dataset.test_x[global_test], dataset.test_y[global_test])
-    data = [client_data(dataset, split, shared, torch.device("cpu")) for split in splits]
-    run = InProcessRing(config, data, dataset.num_classes, dataset.input_shape, tmp_path)
-    summary = run.run(timeout_s=60)
+    summary = InProcessRing.from_config(config, tmp_path).run(timeout_s=60)
     assert summary["rounds_completed"] == 3 and summary["dataset"] == STRIPES
     assert summary["local_acc"]["mean"] > 0.5 and summary["global_acc"]["mean"] > 0.5
 
@@ -171,6 +162,7 @@ def test_the_facts_of_a_plug_in_dataset_are_what_its_loader_returns(tmp_path):
     assert isinstance(load_dataset(STRIPES), DatasetArrays)
 
 
+@pytest.mark.slow
 def test_dry_run_with_a_plug_in_dataset_prints_its_shape_without_ray():
     overrides = [f"data.dataset={STRIPES}", "algorithm.backbone=examples.stripes:TinyCNN"]
     out, imported_ray = run("--dry-run", *overrides, "clients.count=4")

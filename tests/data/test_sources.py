@@ -79,6 +79,7 @@ def cifar10_twice(tmp_path_factory: pytest.TempPathFactory):
     return cache, first, mid - start, second, end - mid
 
 
+@pytest.mark.slow
 def test_real_cifar10(cifar10_twice):
     _, d, *_ = cifar10_twice
     _check_arrays(d, 50000, 10000, (3, 32, 32))
@@ -89,6 +90,7 @@ def test_real_cifar10(cifar10_twice):
     np.testing.assert_allclose(per_channel, d.mean, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_npz_cache_makes_second_load_fast_and_equal(cifar10_twice):
     cache, first, first_s, second, second_s = cifar10_twice
     assert second_s < first_s / 5, (first_s, second_s)

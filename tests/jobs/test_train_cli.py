@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -18,6 +19,7 @@ from tests.conftest import DATA_ROOT, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = "jobs/configs/paper/drdfl-cifar10-dir0.1.yaml"
+pytestmark = pytest.mark.slow  # each test runs the CLI in a fresh interpreter
 
 
 def run(*args: str, expect: int = 0) -> tuple[str, bool]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ring_actors.config import config_from_dict
+from ring_actors.data.client_splits import split_for
 from ring_actors.data.sources import DatasetArrays
-from ring_actors.experiment import split_for
 
 
 def dataset(classes: int = 10, per_class: int = 40) -> DatasetArrays:
