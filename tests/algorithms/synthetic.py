@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ring_actors.data.images import LabelledImages
 from ring_actors.laps import accumulate
-from ring_actors.protocol import Payload, detach_to_cpu
 
 
 def separable(n=128, classes=4, shape=(1, 28, 28), seed=0) -> LabelledImages:
@@ -36,24 +34,3 @@ def run_laps(algorithms: list, round_: int) -> None:
                 contributors.append(client)
         for algorithm in algorithms:
             algorithm.apply_lap(lap, round_, total, contributors)
-
-
-def learn(algorithms: list, data: list, rounds: int, exchange: str) -> tuple[list[float], list]:
-    """``rounds`` rounds over clients with their ``(train, test)`` data, the shared part moved
-    by ring ``laps`` or by ``pushes`` from each predecessor (merged before training): the mean
-    training loss of each round, then each client's test accuracy."""
-    pairs = list(zip(algorithms, data, strict=True))
-    losses, pushed = [], []
-    for round_ in range(rounds):
-        if exchange == "pushes":
-            for i, algorithm in enumerate(algorithms):
-                algorithm.merge([pushed[i - 1]] if pushed else [])
-        losses.append(float(np.mean([a.train_round(train)["loss"] for a, (train, _) in pairs])))
-        if exchange == "laps":
-            run_laps(algorithms, round_)
-        else:
-            pushed = [
-                Payload(i, round_, 0, 0, detach_to_cpu(a.shared_state()))
-                for i, a in enumerate(algorithms)
-            ]
-    return losses, [a.evaluate(test)["acc"] for a, (_, test) in pairs]

@@ -21,7 +21,8 @@ from ring_actors.algorithms.dispfl import (
     unpack_bits,
 )
 from ring_actors.protocol import Payload, detach_to_cpu
-from tests.algorithms.synthetic import learn, separable
+from tests.algorithms.ring_runs import learn_on_ring
+from tests.algorithms.synthetic import separable
 from tests.conftest import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
@@ -248,8 +249,7 @@ def test_a_joiner_keeps_its_mask_and_takes_the_senders_covered_values():
 
 
 @needs_data
-def test_learns_on_real_data_by_ring_pushes(fmnist_triples):
-    clients = [make(seed=s, classes=10, shape=(1, 28, 28), batch=20) for s in range(3)]
-    losses, accuracy = learn(clients, fmnist_triples, 3, "pushes")
+def test_learns_on_real_data_by_ring_pushes(fmnist_triples, tmp_path):
+    losses, accuracy, _ = learn_on_ring("dispfl", fmnist_triples, 3, tmp_path)
     assert losses[-1] < losses[0]
     assert np.mean(accuracy) > 0.7, accuracy

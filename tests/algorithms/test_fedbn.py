@@ -14,7 +14,8 @@ from ring_actors.config import ConfigError
 from ring_actors.models import build_backbone
 from ring_actors.models.small_cnn import SmallCNN
 from ring_actors.protocol import Payload, detach_to_cpu
-from tests.algorithms.synthetic import learn, run_laps, separable
+from tests.algorithms.ring_runs import learn_on_ring
+from tests.algorithms.synthetic import run_laps, separable
 from tests.conftest import needs_data, small_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
@@ -130,9 +131,8 @@ def test_a_joiner_takes_all_but_batchnorm():
 
 
 @needs_data
-def test_learns_on_real_data(fmnist_sizes):
-    clients = [make(seed=s, classes=10, shape=(1, 28, 28), batch=20) for s in range(3)]
-    losses, accuracy = learn(clients, fmnist_sizes, 3, "laps")
+def test_learns_on_real_data(fmnist_sizes, tmp_path):
+    losses, accuracy, _ = learn_on_ring("fedbn", fmnist_sizes, 3, tmp_path)
     assert losses[-1] < losses[0]
     assert np.mean(accuracy) > 0.7, accuracy
 

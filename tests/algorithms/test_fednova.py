@@ -12,7 +12,8 @@ from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.fedavg import FedAvg
 from ring_actors.algorithms.fednova import FedNova, FedNovaOptions, normalising_factor
 from ring_actors.config import ConfigError, load_config
-from tests.algorithms.synthetic import learn, run_laps, separable
+from tests.algorithms.ring_runs import learn_on_ring
+from tests.algorithms.synthetic import run_laps, separable
 from tests.conftest import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
@@ -138,9 +139,8 @@ def test_a_client_without_data_takes_part_without_contributing():
 
 
 @needs_data
-def test_learns_on_real_data_with_unequal_local_steps(fmnist_sizes):
-    clients = [make(seed=s, classes=10, shape=(1, 28, 28), batch=20) for s in range(3)]
-    losses, accuracy = learn(clients, fmnist_sizes, 4, "laps")
-    assert len({c.factor for c in clients}) == 3  # 3, 5 and 7 steps
+def test_learns_on_real_data_with_unequal_local_steps(fmnist_sizes, tmp_path):
+    losses, accuracy, ring = learn_on_ring("fednova", fmnist_sizes, 4, tmp_path)
+    assert len({c.core.algorithm.factor for c in ring.clients.values()}) == 3  # 3, 5 and 7 steps
     assert losses[-1] < losses[0]
     assert np.mean(accuracy) > 0.7, accuracy

@@ -11,7 +11,8 @@ from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.fedavg import WEIGHT
 from ring_actors.algorithms.fedrep import FedRep, FedRepOptions
 from ring_actors.protocol import Payload, detach_to_cpu
-from tests.algorithms.synthetic import learn, run_laps, separable
+from tests.algorithms.ring_runs import learn_on_ring
+from tests.algorithms.synthetic import run_laps, separable
 from tests.conftest import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
@@ -113,8 +114,7 @@ def test_a_joiner_takes_the_body_and_keeps_its_own_head():
 
 
 @needs_data
-def test_learns_on_real_data(fmnist_triples):
-    clients = [make(seed=s, classes=10, shape=(1, 28, 28), batch=20) for s in range(3)]
-    losses, accuracy = learn(clients, fmnist_triples, 3, "laps")
+def test_learns_on_real_data(fmnist_triples, tmp_path):
+    losses, accuracy, _ = learn_on_ring("fedrep", fmnist_triples, 3, tmp_path)
     assert losses[-1] < losses[0]
     assert np.mean(accuracy) > 0.7, accuracy
