@@ -173,26 +173,19 @@ def plain_worker(client_id: int, config, threads: int, barrier, results) -> None
 
     from ring_actors.algorithms.local import Local
     from ring_actors.data.client_splits import global_test_indices, split_for
-    from ring_actors.data.images import LabelledImages
     from ring_actors.data.sources import load_dataset
-    from ring_actors.method_factory import task_spec
+    from ring_actors.method_factory import client_data, task_spec
 
     torch.set_num_threads(threads)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
-    seed = config.experiment.seed
     splits = split_for(config, dataset)
-    global_test = global_test_indices(splits, config.eval.global_max_samples, seed)
-    split = splits[client_id]
-
-    def images(x, y) -> LabelledImages:
-        return LabelledImages.from_arrays(x, y, dataset.mean, dataset.std, "cpu")
-
-    train = images(dataset.train_x[split.train], dataset.train_y[split.train])
-    local_test = images(dataset.test_x[split.test], dataset.test_y[split.test])
-    global_set = images(dataset.test_x[global_test], dataset.test_y[global_test])
-    task = task_spec(
-        config, client_id, dataset.num_classes, dataset.input_shape, torch.device("cpu")
+    pick = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
+    cpu = torch.device("cpu")
+    data = client_data(
+        dataset, splits[client_id], (dataset.test_x[pick], dataset.test_y[pick]), cpu
     )
+    train = data.train
+    task = task_spec(config, client_id, dataset.num_classes, dataset.input_shape, cpu)
     algorithm = Local(config.algorithm.options, task)
     cpu0 = time.process_time()
     barrier.wait()
@@ -202,8 +195,8 @@ def plain_worker(client_id: int, config, threads: int, barrier, results) -> None
         t = time.monotonic()
         algorithm.train_round(train)
         round_s.append(time.monotonic() - t)
-    local = algorithm.evaluate(local_test)["acc"]
-    global_ = algorithm.evaluate(global_set)["acc"]
+    local = algorithm.evaluate(data.local_test)["acc"]
+    global_ = algorithm.evaluate(data.global_test)["acc"]
     results.put(
         {
             "client": client_id,
