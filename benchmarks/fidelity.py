@@ -30,14 +30,15 @@ import time
 import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from ring_actors.algorithms import Algorithm, TaskSpec
-from ring_actors.config import TopologySection
+from ring_actors.config import Config, TopologySection, config_from_dict
+from ring_actors.data.client_splits import global_test_indices, split_for
 from ring_actors.data.images import LabelledImages
-from ring_actors.data.partition import split_clients
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.laps import accumulate
 from ring_actors.method_factory import client_seed
@@ -111,35 +112,11 @@ def _coerce(text: str, hint: object) -> object:
     return text
 
 
-def _splits(setting: Setting, arrays: DatasetArrays, seed: int):
-    kind, _, value = setting.partition.partition(":")
-    extra = {"classes_per_client": int(value or 2)} if kind == "shard" else {}
-    if kind == "dirichlet":
-        extra = {"beta": float(value or 0.5)}
-    return split_clients(
-        arrays.train_y,
-        arrays.test_y,
-        setting.clients,
-        kind,
-        max_train_per_client=setting.samples,
-        seed=seed,
-        **extra,
-    )
-
-
-def _global_test(splits, cap: int, seed: int) -> np.ndarray:
-    """The runtime's Global-T set: a seeded subset of the union of the clients' test splits."""
-    union = np.sort(np.concatenate([s.test for s in splits]))
-    if cap >= len(union):
-        return union
-    return np.sort(np.random.default_rng(seed).choice(union, size=cap, replace=False))
-
-
 def build_clients(
     name: str, overrides: dict[str, object], setting: Setting, arrays: DatasetArrays, seed: int
 ) -> tuple[list[Client], LabelledImages]:
     """Each client's method object and data, seeded exactly as ``ClientActor`` seeds them."""
-    splits = _splits(setting, arrays, seed)
+    splits = split_for(run_config(setting, seed), arrays)
 
     def images(x: np.ndarray, y: np.ndarray) -> LabelledImages:
         return LabelledImages.from_arrays(x, y, arrays.mean, arrays.std)
@@ -164,7 +141,7 @@ def build_clients(
             tests = np.sort(rng.choice(tests, size=setting.local_max, replace=False))
         test = images(arrays.test_x[tests], arrays.test_y[tests])
         clients.append(Client(i, algorithm, train, test))
-    glob = _global_test(splits, setting.global_max, seed)
+    glob = global_test_indices(splits, setting.global_max, seed)
     return clients, images(arrays.test_x[glob], arrays.test_y[glob])
 
 
@@ -359,6 +336,20 @@ def config_keys(setting: Setting) -> dict[str, object]:
     if setting.topology == "dynamic":
         keys["topology.degree"] = setting.degree
     return keys
+
+
+def run_config(setting: Setting, seed: int, method: str | None = None) -> Config:
+    """The config of a ``jobs.train`` run of ``setting`` (with ``method``'s defaults): the
+    same partitions and test sets as the simulation."""
+    tree: dict[str, Any] = {} if method is None else {"algorithm": {"name": method}}
+    keys = {**config_keys(setting), "experiment.seed": seed, "data.root": setting.root}
+    for key, value in keys.items():
+        *path, leaf = key.split(".")
+        node = tree
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return config_from_dict(tree)
 
 
 def baseline(runs: list[dict], setting: Setting, seeds: list[int], command: str) -> dict:
