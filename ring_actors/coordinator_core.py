@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import random
-import statistics
 import threading
 import time
 from collections import defaultdict
@@ -24,6 +23,7 @@ from ring_actors.checkpoint import CoordinatorRecord, read_record, write_record
 from ring_actors.config import Config
 from ring_actors.membership import MembershipTable, MemberState
 from ring_actors.protocol import JournalEntry
+from ring_actors.run_summary import RunFacts, round_means, summarise_run
 from ring_actors.timeouts import Timeouts
 from ring_actors.tracking import Tracker, flatten, write_outputs
 from ring_actors.transport import (
@@ -290,7 +290,7 @@ class CoordinatorCore:
         if not self.rounds_logged:
             return {}
         round_ = max(self.rounds_logged)
-        means = _means(self.by_round[round_].values())
+        means = round_means(self.by_round[round_].values())
         keys = ("local_acc_mean", "global_acc_mean", "loss_mean")
         return {"round": round_, **{k: means[k] for k in keys if k in means}}
 
@@ -441,7 +441,7 @@ class CoordinatorCore:
             if round_ in self.rounds_logged or not live <= set(reports):
                 continue
             self.rounds_logged.add(round_)
-            self.tracker.add_metrics(_means(reports.values()), round_)
+            self.tracker.add_metrics(round_means(reports.values()), round_)
 
     # ---- checkpoint ---------------------------------------------------------------------
 
@@ -609,7 +609,7 @@ class CoordinatorCore:
             for round_, reports in sorted(self.by_round.items()):
                 if round_ not in self.rounds_logged:
                     self.rounds_logged.add(round_)
-                    self.tracker.add_metrics(_means(reports.values()), round_)
+                    self.tracker.add_metrics(round_means(reports.values()), round_)
             summary = {**self.summary(wall_s), "partial": False}
             self.tracker.add_metrics(
                 {
@@ -629,81 +629,21 @@ class CoordinatorCore:
         return summary
 
     def summary(self, wall_s: float) -> dict[str, Any]:
-        last_eval: dict[int, dict[str, float]] = {}
-        for row in self.rows:  # rows arrive in round order per client; keep each one's latest
-            last_eval[row["client"]] = row
-        hops = sum(d["hops"] for d in self.done.values())
-        sent = sum(d["bytes_sent"] for d in self.done.values())
-        reports = [m for r in self.by_round.values() for m in r.values()]
-        samples = sum(m.get("samples", 0.0) for m in reports)
-        per_round = statistics.fmean([m.get("bytes_sent", 0.0) for m in reports] or [0.0])
-        kinds = [e["kind"] for e in self.events]
-        detected = [e["latency_s"] for e in self.events if e["kind"] in ("crash", "hang")]
-        healed = [e["latency_s"] for e in self.events if e["kind"] == "healed"]
-        return {
-            "algorithm": self.config.algorithm.name,
-            "dataset": self.config.data.dataset,
-            "clients": len(self.table.members),
-            "rounds_completed": min(
-                (self.table.members[c].last_round + 1 for c in self.table.live), default=0
+        live = self.table.live
+        return summarise_run(
+            self.config,
+            RunFacts(
+                members=len(self.table.members),
+                rounds_completed=min(
+                    (self.table.members[c].last_round + 1 for c in live), default=0
+                ),
+                ring_order=live,
+                rows=self.rows,
+                reports=[m for r in self.by_round.values() for m in r.values()],
+                done=list(self.done.values()),
+                events=self.events,
+                stop_reason=self.stop_reason,
+                mlflow={"tracking_uri": self.tracker.uri, "run_id": self.tracker.run_id},
             ),
-            "mode": self.config.schedule.mode,
-            "topology": self.config.topology.kind,
-            "local_acc": _stat(last_eval, "local_acc"),
-            "global_acc": _stat(last_eval, "global_acc"),
-            # The papers quote the mean of the last 10 evaluated rounds as well as the end.
-            "local_acc_last10": _last_mean(self.rows, "local_acc", 10),
-            "global_acc_last10": _last_mean(self.rows, "global_acc", 10),
-            "mb_per_round_per_client": per_round / 1e6,
-            "bytes_per_hop": sent / hops if hops else 0.0,
-            "hops": hops,
-            "bytes_total": sent,
-            "events": {
-                "crashes": kinds.count("crash"),
-                "hangs": kinds.count("hang"),
-                "errors": kinds.count("client_error"),
-                "bypasses": kinds.count("bypass"),
-                "joins": kinds.count("join"),
-                "rejoins": kinds.count("rejoin"),
-                "lost_payloads": sum(d["lost"] for d in self.done.values()),
-            },
-            # Seconds from a bypassed member's last sign of life to its bypass, and from the
-            # bypass until every survivor finished a round begun after it.
-            "recovery": {"detection_s": detected, "heal_s": healed},
-            "stopped": self.stop_reason,
-            "wall_s": wall_s,
-            "samples_per_s": samples / wall_s if wall_s > 0 else 0.0,
-            "ring_order": self.table.live,
-            "mlflow": {"tracking_uri": self.tracker.uri, "run_id": self.tracker.run_id},
-        }
-
-
-def _means(reports) -> dict[str, float]:
-    """Mean over clients of every metric, as ``<name>_mean``."""
-    values: dict[str, list[float]] = defaultdict(list)
-    for metrics in reports:
-        for key, value in metrics.items():
-            values[key].append(value)
-    return {f"{k}_mean": statistics.fmean(v) for k, v in values.items()}
-
-
-def _last_mean(rows: list[dict[str, Any]], key: str, count: int) -> float:
-    """Client mean of each client's mean ``key`` over its last ``count`` evaluated rounds."""
-    by_client: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for row in rows:
-        if key in row:
-            by_client[row["client"]].append((row["round"], row[key]))
-    means = [
-        statistics.fmean(v for _, v in sorted(values)[-count:]) for values in by_client.values()
-    ]
-    return statistics.fmean(means) if means else 0.0
-
-
-def _stat(rows: dict[int, dict[str, float]], key: str) -> dict[str, Any]:
-    per_client = {str(c): row[key] for c, row in sorted(rows.items()) if key in row}
-    values = list(per_client.values())
-    return {
-        "mean": statistics.fmean(values) if values else 0.0,
-        "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
-        "per_client": per_client,
-    }
+            wall_s,
+        )
