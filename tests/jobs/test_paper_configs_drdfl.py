@@ -9,30 +9,20 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from ring_actors.config import Config, load_config
-from ring_actors.data.partition import split_clients
-from ring_actors.method_factory import build_algorithm
+from tests.jobs.paper_cells import (
+    NUM_CLASSES,
+    PAPER_DIR,
+    drawn_partition,
+    paper_configs,
+    predicts_on_cpu,
+)
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "paper"
-PATHS = sorted(PAPER_DIR.glob("drdfl-*.yaml"))
-IDS = [p.stem for p in PATHS]
-
-NUM_CLASSES = {"svhn": 10, "cifar10": 10, "cifar100": 100}
+PATHS, IDS = paper_configs("drdfl-*.yaml")
 SHARDS = {"svhn": {4, 5}, "cifar10": {4, 5}, "cifar100": {20, 30}}
 BETAS = {0.1, 0.4}
-# Per-class train/test counts of the standard splits (SVHN: torchvision's cropped digits).
-CLASS_COUNTS = {
-    "svhn": (
-        [4948, 13861, 10585, 8497, 7458, 6882, 5727, 5595, 5045, 4659],
-        [1744, 5099, 4149, 2882, 2523, 2384, 1977, 2019, 1660, 1595],
-    ),
-    "cifar10": ([5000] * 10, [1000] * 10),
-    "cifar100": ([500] * 100, [100] * 100),
-}
 
 
 def load(path: Path) -> Config:
@@ -142,24 +132,7 @@ def test_fifty_client_run(configs):
 @pytest.mark.parametrize("path", PATHS, ids=IDS)
 def test_partition_can_be_drawn(path: Path):
     """The partition fits the dataset's real class counts (synthetic labels, no download)."""
-    cfg = load(path)
-    train_counts, test_counts = CLASS_COUNTS[cfg.data.dataset]
-    train_y = np.repeat(np.arange(len(train_counts)), train_counts)
-    test_y = np.repeat(np.arange(len(test_counts)), test_counts)
-    part = cfg.data.partition
-    splits = split_clients(
-        train_y,
-        test_y,
-        cfg.clients.count,
-        part.kind,
-        beta=part.beta,
-        classes_per_client=part.classes_per_client,
-        min_size=part.min_size,
-        seed=cfg.experiment.seed,
-    )
-    assert len(splits) == cfg.clients.count
-    assert min(len(s.train) for s in splits) >= max(1, part.min_size)
-    assert all(len(s.test) > 0 for s in splits)
+    drawn_partition(load(path))
 
 
 def representatives() -> list[Path]:
@@ -178,15 +151,7 @@ def test_every_dataset_has_a_representative():
 
 @pytest.mark.parametrize("path", representatives(), ids=lambda p: p.stem)
 def test_algorithm_builds_and_predicts_on_cpu(path: Path):
-    cfg = load(path)
-    classes = NUM_CLASSES[cfg.data.dataset]
-    algo = build_algorithm(cfg, 0, classes, (3, 32, 32), torch.device("cpu"))
-    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-    logits = algo.predict(x)
-    assert "acc" in logits
-    for name, value in logits.items():
-        assert value.shape == (2, classes), name
-        assert torch.isfinite(value).all(), name
+    algo, _ = predicts_on_cpu(load(path))
     # The message is about the papers' 0.58 M values (Learngene plus the class Gaussians).
     shared = sum(t.numel() for t in algo.shared_state().values())
     assert 0.55e6 < shared < 0.62e6

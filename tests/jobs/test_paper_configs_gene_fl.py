@@ -12,17 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from ring_actors.config import Config, FaultSection, load_config
-from ring_actors.data.partition import split_clients
-from ring_actors.method_factory import build_algorithm
+from tests.jobs.paper_cells import (
+    CLASS_COUNTS,
+    NUM_CLASSES,
+    PAPER_DIR,
+    drawn_partition,
+    paper_configs,
+    predicts_on_cpu,
+)
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "paper"
-PATHS = sorted(PAPER_DIR.glob("gene-fl-*.yaml"))
-IDS = [p.stem for p in PATHS]
+PATHS, IDS = paper_configs("gene-fl-*.yaml")
 
-NUM_CLASSES = {"svhn": 10, "cifar10": 10, "cifar100": 100}
 # (dataset, partition, s or beta): Table I/II Comm (GB) and Acc, Table III/IV Acc (GENE-FL)
 PAPER = {
     ("cifar10", "shard", 4): ("8.78", "71.45", "66.90"),
@@ -37,15 +39,6 @@ PAPER = {
     ("cifar100", "dirichlet", 0.5): ("12.45", "22.46", "18.73"),
     ("svhn", "dirichlet", 0.1): ("12.51", "63.53", "69.86"),
     ("svhn", "dirichlet", 0.5): ("10.54", "70.79", "77.11"),
-}
-# Per-class train/test counts of the standard splits (SVHN: torchvision's cropped digits).
-CLASS_COUNTS = {
-    "svhn": (
-        [4948, 13861, 10585, 8497, 7458, 6882, 5727, 5595, 5045, 4659],
-        [1744, 5099, 4149, 2882, 2523, 2384, 1977, 2019, 1660, 1595],
-    ),
-    "cifar10": ([5000] * 10, [1000] * 10),
-    "cifar100": ([500] * 100, [100] * 100),
 }
 
 
@@ -140,25 +133,13 @@ def test_tables_are_covered():
 def test_both_populations_can_be_partitioned(path: Path):
     """Known clients on the lower half of the classes, joiners on the upper half."""
     cfg = load(path)
-    train_counts, test_counts = CLASS_COUNTS[cfg.data.dataset]
-    half = len(train_counts) // 2
-    part = cfg.data.partition
-    for count, classes in ((cfg.clients.count, range(half)), (joiners(cfg), range(half, 2 * half))):
-        train_y = np.repeat(list(classes), [train_counts[c] for c in classes])
-        test_y = np.repeat(list(classes), [test_counts[c] for c in classes])
-        splits = split_clients(
-            train_y,
-            test_y,
-            count,
-            part.kind,
-            beta=part.beta,
-            classes_per_client=part.classes_per_client,
-            min_size=part.min_size,
-            seed=cfg.experiment.seed,
-        )
-        assert len(splits) == count
-        assert min(len(s.train) for s in splits) >= max(1, part.min_size)
-        assert all(len(s.test) > 0 for s in splits)
+    splits = drawn_partition(cfg)
+    half = NUM_CLASSES[cfg.data.dataset] // 2
+    train_y = np.repeat(np.arange(2 * half), CLASS_COUNTS[cfg.data.dataset][0])
+    known, agnostic = splits[: cfg.clients.count], splits[cfg.clients.count :]
+    assert len(agnostic) == joiners(cfg)
+    assert all(train_y[s.train].max() < half for s in known)
+    assert all(train_y[s.train].min() >= half for s in agnostic)
 
 
 def representatives() -> list[Path]:
@@ -175,12 +156,7 @@ def test_every_dataset_has_a_representative():
 
 @pytest.mark.parametrize("path", representatives(), ids=lambda p: p.stem)
 def test_algorithm_builds_and_predicts_on_cpu(path: Path):
-    cfg = load(path)
-    classes = NUM_CLASSES[cfg.data.dataset]
-    algo = build_algorithm(cfg, 0, classes, (3, 32, 32), torch.device("cpu"))
-    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-    logits = algo.predict(x)
-    assert logits["acc"].shape == (2, classes) and torch.isfinite(logits["acc"]).all()
+    algo, _ = predicts_on_cpu(load(path))
     assert algo.shared_state() == {}  # everything travels by ring lap
     assert algo.laps(0) == ("signatures", "learngene") and algo.laps(1) == ("learngene",)
     # The gamma floor keeps the smallest tensors worth about the paper's ~9.04 MB Initia.

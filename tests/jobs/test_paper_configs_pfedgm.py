@@ -10,20 +10,14 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from ring_actors.config import Config, load_config
-from ring_actors.data.partition import split_clients
-from ring_actors.method_factory import build_algorithm
+from tests.jobs.paper_cells import drawn_partition, paper_configs, predicts_on_cpu
 
-PAPER_DIR = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "paper"
-PATHS = sorted(PAPER_DIR.glob("pfedgm-*.yaml"))
-IDS = [p.stem for p in PATHS]
+PATHS, IDS = paper_configs("pfedgm-*.yaml")
 
-NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
-CLASS_COUNTS = {"cifar10": ([5000] * 10, [1000] * 10), "cifar100": ([500] * 100, [100] * 100)}
+DATASETS = ("cifar10", "cifar100")
 # (clients, local epochs) of Table 1 (standard) and Table 4 (moderate).
 TABLES = {"Table 1": (100, 5), "Table 4": (20, 2)}
 # pFedGM's reported accuracy per (table, dataset, beta).
@@ -73,7 +67,7 @@ def test_config_loads_with_paper_settings(path: Path):
     assert (opts.phase2_epochs, opts.phase2_lr, opts.phase2_momentum) == (5, 0.05, 0.5)
     assert opts.phase2_weight_decay == 5e-4
     assert (opts.lbfgs_lr, opts.lbfgs_iters, opts.lbfgs_steps) == (0.05, 10, 5)
-    assert cfg.data.dataset in NUM_CLASSES
+    assert cfg.data.dataset in DATASETS
     assert cfg.data.partition.kind == "dirichlet"
     assert cfg.data.partition.beta in (0.1, 0.5)
     assert cfg.data.max_train_per_client is None
@@ -111,21 +105,9 @@ def test_every_cell_has_exactly_one_config():
 def test_partition_can_be_drawn(path: Path):
     """The partition fits the dataset's real class counts (synthetic labels, no download)."""
     cfg = load(path)
-    train_counts, test_counts = CLASS_COUNTS[cfg.data.dataset]
-    part = cfg.data.partition
-    splits = split_clients(
-        np.repeat(np.arange(len(train_counts)), train_counts),
-        np.repeat(np.arange(len(test_counts)), test_counts),
-        cfg.clients.count,
-        part.kind,
-        beta=part.beta,
-        min_size=part.min_size,
-        seed=cfg.experiment.seed,
-    )
-    assert len(splits) == cfg.clients.count
+    splits = drawn_partition(cfg)
     # At least a few batches per client: the paper's minimum is 50 training samples.
-    assert min(len(s.train) for s in splits) >= part.min_size >= 30
-    assert all(len(s.test) > 0 for s in splits)
+    assert min(len(s.train) for s in splits) >= cfg.data.partition.min_size >= 30
 
 
 def representatives() -> list[Path]:
@@ -138,20 +120,14 @@ def representatives() -> list[Path]:
 
 
 def test_every_dataset_has_a_representative():
-    assert sorted(load(p).data.dataset for p in representatives()) == sorted(NUM_CLASSES)
+    assert sorted(load(p).data.dataset for p in representatives()) == sorted(DATASETS)
 
 
 @pytest.mark.parametrize("path", representatives(), ids=lambda p: p.stem)
 def test_algorithm_builds_and_predicts_on_cpu(path: Path):
     cfg = load(path)
-    classes = NUM_CLASSES[cfg.data.dataset]
-    algo = build_algorithm(cfg, 0, classes, (3, 32, 32), torch.device("cpu"))
-    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-    logits = algo.predict(x)
-    assert {"acc", "acc_global", "acc_navigator"} <= set(logits)
-    for name, value in logits.items():
-        assert value.shape == (2, classes), name
-        assert torch.isfinite(value).all(), name
+    algo, logits = predicts_on_cpu(cfg)
+    assert {"acc", "acc_global", "acc_navigator"} <= set(logits)  # each checked finite
     # The lap carries the paper's model: 108,970 values for CIFAR-10, 132,100 for CIFAR-100.
     handed = sum(t.numel() for t in algo.hand_off_state().values())
     assert handed == MODEL_SIZE[cfg.data.dataset]
