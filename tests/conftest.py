@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,21 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
         "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
     }
     return config_from_dict(apply_overrides(base, overrides))
+
+
+@pytest.fixture(scope="session")
+def empty_mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite tracking store, built once: MLflow's migrations take about a second."""
+    from ring_actors.tracking import create_sqlite_store
+
+    path = tmp_path_factory.mktemp("mlflow-store") / "mlflow.db"
+    create_sqlite_store(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path: Path, empty_mlflow_store: Path) -> str:
+    """A real SQLite tracking store of the test's own, in ``tmp_path/mlflow.db``."""
+    path = tmp_path / "mlflow.db"
+    shutil.copyfile(empty_mlflow_store, path)
+    return f"sqlite:///{path}"

@@ -271,13 +271,13 @@ def test_the_output_tables_follow_the_run_and_say_they_are_partial(tmp_path):
 
 
 @pytest.mark.parametrize("upload", [False, True])
-def test_private_checkpoints_are_uploaded_only_when_asked(tmp_path, upload):
+def test_private_checkpoints_are_uploaded_only_when_asked(tmp_path, mlflow_uri, upload):
     from mlflow.tracking import MlflowClient
 
     out = tmp_path / "run"
     out.mkdir()
     config = config_from_dict({"clients": {"count": 2}, "tracking": {"upload_checkpoints": upload}})
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     core = CoordinatorCore(config, out, Tracker(uri, "t", "run"))
     for c in range(2):
         core.register(c, ScriptedClient(c), "node")

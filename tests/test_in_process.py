@@ -48,7 +48,7 @@ def ring(
                 "join_start": join_start,
             },
             "algorithm": {"name": algorithm},
-            "schedule": {"hop_timeout_s": 1.0, "heartbeat_s": 0.1, **schedule},
+            "schedule": {"hop_timeout_s": 0.5, "heartbeat_s": 0.1, **schedule},
             "faults": list(faults),
         }
     )

@@ -51,6 +51,7 @@ def test_a_changed_learning_rate_takes_effect():
     assert p.tolist() == [0.5, 0.5]
 
 
+@pytest.mark.slow
 def test_training_with_them_never_imports_the_compiler():
     code = (
         "import sys, torch\n"

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
@@ -37,8 +38,8 @@ def test_flatten_gives_dotted_string_params():
     assert flat == {"a.b": "1", "a.c.d": "None", "faults": '[{"at_round": 1}]'}
 
 
-def test_tracker_batches_more_metrics_than_one_call_takes(tmp_path):
-    tracker = Tracker(f"sqlite:///{tmp_path / 'm.db'}", "exp", "run")
+def test_tracker_batches_more_metrics_than_one_call_takes(mlflow_uri):
+    tracker = Tracker(mlflow_uri, "exp", "run")
     for step in range(1200):  # over MLflow's 1000-metric batch limit
         tracker.add_metrics({"loss": 1.0 / (step + 1)}, step)
     assert not tracker.flush()  # not open yet: the metrics wait in the buffer
@@ -53,8 +54,8 @@ def test_tracker_batches_more_metrics_than_one_call_takes(tmp_path):
     assert client.get_run(tracker.run_id).data.tags["kind"] == "test"
 
 
-def test_a_reopened_run_is_the_same_run(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+def test_a_reopened_run_is_the_same_run(mlflow_uri):
+    uri = mlflow_uri
     first = Tracker(uri, "exp", "run")
     assert first.open({"x": "1"})
     again = Tracker(uri, "exp", "run", run_id=first.run_id)
@@ -64,8 +65,8 @@ def test_a_reopened_run_is_the_same_run(tmp_path):
     assert [m.step for m in MlflowClient(uri).get_metric_history(first.run_id, "loss")] == [3]
 
 
-def test_metrics_mlflow_refuses_go_to_the_unsent_file_and_the_run_still_ends(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+def test_metrics_mlflow_refuses_go_to_the_unsent_file_and_the_run_still_ends(tmp_path, mlflow_uri):
+    uri = mlflow_uri
     tracker = Tracker(uri, "exp", "run", output_dir=tmp_path)
     tracker.open()
     tracker.add_metrics({"loss": 0.5}, 0)
@@ -85,7 +86,7 @@ def test_a_dead_server_never_blocks_the_caller_and_end_keeps_every_metric(tmp_pa
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    retry = Retry(close_s=2.0, request_timeout_s=2)
+    retry = Retry(close_s=0.5, request_timeout_s=2)
     tracker = Tracker(f"http://127.0.0.1:{port}", "exp", "run", output_dir=tmp_path, retry=retry)
     assert not tracker.open({"x": "1"})  # the first try failed; the writer keeps trying
     started = time.monotonic()
@@ -103,7 +104,7 @@ def test_a_dead_server_never_blocks_the_caller_and_end_keeps_every_metric(tmp_pa
     assert tracker.run_id is None and all(r["run_id"] is None for r in rows)
 
 
-def test_checkpoints_stay_out_of_the_upload(tmp_path):
+def test_checkpoints_stay_out_of_the_upload(tmp_path, mlflow_uri):
     """The layout a run leaves: clients' checkpoints under clients/, the coordinator's
     record (and an interrupted write of it) next to the contract files."""
     out = tmp_path / "run"
@@ -112,7 +113,7 @@ def test_checkpoints_stay_out_of_the_upload(tmp_path):
     (out / "clients" / "client-0.pt").write_bytes(b"private model")
     (out / "coordinator.json").write_text("{}")
     (out / "coordinator.json.tmp").write_text("{")
-    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    uri = mlflow_uri
     tracker = Tracker(uri, "exp", "run")
     tracker.log_artifacts(out, PRIVATE_OUTPUTS)
     tracker.end()
@@ -135,6 +136,7 @@ def test_write_outputs_follows_the_contract(tmp_path):
     assert events.num_rows == 0 and "kind" in events.column_names
 
 
+@pytest.mark.slow
 def test_a_store_whose_creation_was_killed_halfway_still_opens(tmp_path):
     """MLflow builds a new SQLite store table by table; a coordinator killed meanwhile
     must not leave a file the restarted one cannot open."""

@@ -116,6 +116,7 @@ def test_gossip_on_a_ring_draws_the_bodies_together():
 
 
 @needs_data
+@pytest.mark.slow
 def test_learns_on_real_data_by_ring_gossip(fmnist_triples, tmp_path):
     losses, accuracy, _ = learn_on_ring("dfedpgp", fmnist_triples, 3, tmp_path)
     assert losses[-1] < losses[0]

@@ -249,6 +249,7 @@ def test_a_joiner_keeps_its_mask_and_takes_the_senders_covered_values():
 
 
 @needs_data
+@pytest.mark.slow
 def test_learns_on_real_data_by_ring_pushes(fmnist_triples, tmp_path):
     losses, accuracy, _ = learn_on_ring("dispfl", fmnist_triples, 3, tmp_path)
     assert losses[-1] < losses[0]

@@ -131,6 +131,7 @@ def test_a_joiner_takes_all_but_batchnorm():
 
 
 @needs_data
+@pytest.mark.slow
 def test_learns_on_real_data(fmnist_sizes, tmp_path):
     losses, accuracy, _ = learn_on_ring("fedbn", fmnist_sizes, 3, tmp_path)
     assert losses[-1] < losses[0]

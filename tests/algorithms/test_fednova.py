@@ -139,6 +139,7 @@ def test_a_client_without_data_takes_part_without_contributing():
 
 
 @needs_data
+@pytest.mark.slow
 def test_learns_on_real_data_with_unequal_local_steps(fmnist_sizes, tmp_path):
     losses, accuracy, ring = learn_on_ring("fednova", fmnist_sizes, 4, tmp_path)
     assert len({c.core.algorithm.factor for c in ring.clients.values()}) == 3  # 3, 5 and 7 steps

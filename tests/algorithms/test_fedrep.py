@@ -114,6 +114,7 @@ def test_a_joiner_takes_the_body_and_keeps_its_own_head():
 
 
 @needs_data
+@pytest.mark.slow
 def test_learns_on_real_data(fmnist_triples, tmp_path):
     losses, accuracy, _ = learn_on_ring("fedrep", fmnist_triples, 3, tmp_path)
     assert losses[-1] < losses[0]

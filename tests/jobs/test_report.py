@@ -88,6 +88,7 @@ def test_usage_errors_exit_2_with_the_reason(tmp_path, capsys):
     assert "--mlflow-uri" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_report_imports_neither_ray_nor_torch(tmp_path):
     make_run(tmp_path / "runs" / "a", rounds=3)
     code = (

@@ -11,9 +11,9 @@ from tests.report.runfiles import make_run
 
 
 @pytest.fixture
-def store(tmp_path):
+def store(tmp_path, mlflow_uri):
     """A real SQLite tracking store whose artefacts stay in ``tmp_path``."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     client = MlflowClient(tracking_uri=uri)
     for name in ("sweep", "reports"):
         client.create_experiment(name, artifact_location=str(tmp_path / "artifacts" / name))
