@@ -64,11 +64,12 @@ class ClientData:
 
 
 class SlotHolder(Protocol):
-    """Compute slots (see ``slots``): ``with hold(round_):`` around training and evaluation."""
+    """Compute slots (see ``slots``): ``with hold(round_, work):`` around training and
+    evaluation; ``work`` (samples to process) lets the largest of a round go first."""
 
     waited_s: float
 
-    def hold(self, round_: int) -> AbstractContextManager[None]: ...
+    def hold(self, round_: int, work: float = 0.0) -> AbstractContextManager[None]: ...
 
 
 class Ungated:
@@ -77,7 +78,7 @@ class Ungated:
     waited_s = 0.0
 
     @contextmanager
-    def hold(self, round_: int) -> Iterator[None]:
+    def hold(self, round_: int, work: float = 0.0) -> Iterator[None]:
         yield
 
 
@@ -384,7 +385,7 @@ class ClientCore:
         delay = slow_delay(self.config.faults, self.id, round_)
         if delay:
             time.sleep(delay)
-        with self.slots.hold(round_):
+        with self.slots.hold(round_, len(self.data.train) * self.config.clients.local_epochs):
             computing = time.monotonic()
             self.algorithm.merge([p.to(self.device) for p in received])
             metrics = self.algorithm.train_round(self.data.train)
@@ -409,7 +410,7 @@ class ClientCore:
             raise NonFiniteError(f"round {round_}: non-finite {', '.join(non_finite)}")
         every, last = self.config.eval.every, self.config.experiment.rounds - 1
         if round_ % every == every - 1 or round_ == last:
-            with self.slots.hold(round_):
+            with self.slots.hold(round_, len(self.data.local_test) + len(self.data.global_test)):
                 for prefix, data in (
                     ("local", self.data.local_test),
                     ("global", self.data.global_test),
