@@ -64,12 +64,11 @@ class ClientData:
 
 
 class SlotHolder(Protocol):
-    """Compute slots (see ``slots``): ``with hold(round_, work):`` around training and
-    evaluation; ``work`` (samples to process) lets the largest of a round go first."""
+    """Compute slots (see ``slots``): ``with hold(round_):`` around training and evaluation."""
 
     waited_s: float
 
-    def hold(self, round_: int, work: float = 0.0) -> AbstractContextManager[None]: ...
+    def hold(self, round_: int) -> AbstractContextManager[None]: ...
 
 
 class Ungated:
@@ -78,7 +77,7 @@ class Ungated:
     waited_s = 0.0
 
     @contextmanager
-    def hold(self, round_: int, work: float = 0.0) -> Iterator[None]:
+    def hold(self, round_: int) -> Iterator[None]:
         yield
 
 
@@ -385,7 +384,7 @@ class ClientCore:
         delay = slow_delay(self.config.faults, self.id, round_)
         if delay:
             time.sleep(delay)
-        with self.slots.hold(round_, len(self.data.train) * self.config.clients.local_epochs):
+        with self.slots.hold(round_):
             computing = time.monotonic()
             self.algorithm.merge([p.to(self.device) for p in received])
             metrics = self.algorithm.train_round(self.data.train)
@@ -410,7 +409,7 @@ class ClientCore:
             raise NonFiniteError(f"round {round_}: non-finite {', '.join(non_finite)}")
         every, last = self.config.eval.every, self.config.experiment.rounds - 1
         if round_ % every == every - 1 or round_ == last:
-            with self.slots.hold(round_, len(self.data.local_test) + len(self.data.global_test)):
+            with self.slots.hold(round_):
                 for prefix, data in (
                     ("local", self.data.local_test),
                     ("global", self.data.global_test),

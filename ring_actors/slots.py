@@ -4,11 +4,10 @@ Clients may outnumber cores (or GPU capacity) many times over. Left alone, eight
 clients on two cores each run at a fraction of their speed and the round waits for the slowest;
 admitted two at a time, each runs at full speed and the node stays busy. One pool actor per node
 grants the slots. It is an asyncio actor, so a waiting client costs no CPU (it blocks in
-``ray.get``). Requests are served oldest round first (sync and async rounds, laps and joins
-keep their order) and, within a round, largest work first, so on a few slots a round's longest
-jobs do not start last and leave cores idle before the lap. A holder's slot is a lease its
-client renews from a side thread: a holder that died or froze stops renewing and its slot is
-reclaimed, with no handle to the holder and no call to it.
+``ray.get``), requests are served oldest round first (sync and async rounds, laps and joins
+keep their order), and a holder's slot is a lease its client renews from a side thread: a
+holder that died or froze stops renewing and its slot is reclaimed. (Probing the holder instead
+would need its actor handle, and receiving one makes the pool import the client's code.)
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ def pool_name(run_key: str, node_id: str) -> str:
 @dataclass(order=True)
 class _Request:
     round: int
-    less_work: float  # minus the samples to process: within a round, the largest goes first
     seq: int
     client: int = field(compare=False)
     granted: asyncio.Event = field(compare=False, default_factory=asyncio.Event)
@@ -60,8 +58,7 @@ class _Grant:
 
 
 class SlotPool:
-    """Grants at most ``limit`` slots at a time: lowest round first, then the most work,
-    then first come.
+    """Grants at most ``limit`` slots at a time, lowest round first (then first come).
 
     A client holds at most one slot: a new request from a client that still holds one (a
     process Ray restarted) returns the old one first. A slot not renewed for ``lease_s`` is
@@ -80,12 +77,12 @@ class SlotPool:
         self.reclaimed = 0
         self.reaper: asyncio.Task | None = None
 
-    async def acquire(self, client_id: int, round_: int, work: float = 0.0) -> int:
+    async def acquire(self, client_id: int, round_: int) -> int:
         """Wait for a slot; returns the token that renews and releases it."""
         for token, grant in list(self.held.items()):
             if grant.client == client_id:
                 del self.held[token]
-        request = _Request(round_, -work, next(self.seq), client_id)
+        request = _Request(round_, next(self.seq), client_id)
         heapq.heappush(self.waiting, request)
         self._dispatch()
         if self.reaper is None:
@@ -139,7 +136,7 @@ class SlotPool:
 
 
 class Slots:
-    """A client's side of its node's pool: ``with slots.hold(round_, work):`` around compute.
+    """A client's side of its node's pool: ``with slots.hold(round_):`` around compute.
 
     Without a pool (a node the driver made none for) compute is not gated; if the pool dies
     mid-run, the client keeps computing rather than stall the ring. While a slot is held, a
@@ -155,8 +152,8 @@ class Slots:
         self.token: int | None = None  # the slot held now (tokens are never reused)
 
     @contextmanager
-    def hold(self, round_: int, work: float = 0.0) -> Iterator[None]:
-        self.token = token = self._acquire(round_, work)
+    def hold(self, round_: int) -> Iterator[None]:
+        self.token = token = self._acquire(round_)
         if token is not None:
             threading.Thread(target=self._renew, args=(token,), daemon=True).start()
         try:
@@ -174,13 +171,13 @@ class Slots:
                 return
             self.pool.renew.remote(token)
 
-    def _acquire(self, round_: int, work: float) -> int | None:
+    def _acquire(self, round_: int) -> int | None:
         pool = self._pool()
         if pool is None:
             return None
         started = time.monotonic()
         try:
-            return ray.get(pool.acquire.remote(self.client_id, round_, work))
+            return ray.get(pool.acquire.remote(self.client_id, round_))
         except RayActorError as err:
             log.warning("client %d computes without a slot: %r", self.client_id, err)
             self.name, self.pool = None, None  # the pool is gone: stop asking

@@ -3,7 +3,6 @@ slot comes back, and rings whose laps and joins need more clients than slots sti
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -133,24 +132,3 @@ def test_slots_and_torch_threads_follow_the_node(ray_local, tmp_path, overrides,
         assert {facts["torch_threads"] for facts in experiment.placement.values()} == {threads}
     finally:
         shutdown(experiment)
-
-
-def test_within_a_round_the_largest_work_goes_first_and_rounds_keep_their_order():
-    async def scenario() -> list[int]:
-        pool = SlotPool(1)
-        first = await pool.acquire(0, 0, work=1.0)
-        asks = {
-            client: asyncio.ensure_future(pool.acquire(client, round_, work))
-            for client, round_, work in ((1, 0, 10.0), (2, 1, 900.0), (3, 0, 500.0), (4, 0, 10.0))
-        }
-        await asyncio.sleep(0)  # every request is queued
-        order, token = [], first
-        while len(order) < len(asks):
-            await pool.release(token)
-            await asyncio.sleep(0)
-            (client,) = [c for c, a in asks.items() if a.done() and c not in order]
-            order.append(client)
-            token = asks[client].result()
-        return order
-
-    assert asyncio.run(scenario()) == [3, 1, 4, 2]  # round 0 by size (ties first come), then 1
