@@ -6,8 +6,8 @@ admitted two at a time, each runs at full speed and the node stays busy. One poo
 grants the slots. It is an asyncio actor, so a waiting client costs no CPU (it blocks in
 ``ray.get``), requests are served oldest round first (sync and async rounds, laps and joins
 keep their order), and a holder's slot is a lease its client renews from a side thread: a
-holder that died or froze stops renewing and its slot is reclaimed. (Probing the holder instead
-would need its actor handle, and receiving one makes the pool import the client's code.)
+holder that died or froze stops renewing and its slot is reclaimed, with no handle to the
+holder and no call to it.
 """
 
 from __future__ import annotations
