@@ -375,7 +375,11 @@ def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
     from ring_actors.experiment import run_experiment
 
     tmp = Path(spec["tmp"])
-    overrides = [*ring_overrides(spec), f"tracking.uri=sqlite:///{tmp / 'ring-mlflow.db'}"]
+    overrides = [
+        *ring_overrides(spec),
+        *spec.get("ring_set", []),  # runtime settings under test, e.g. clients.concurrency=1
+        f"tracking.uri=sqlite:///{tmp / 'ring-mlflow.db'}",
+    ]
     config = load_config(None, overrides)  # ring_config(spec) plus a throwaway MLflow store
     # address="local": never join another Ray instance someone else runs on this machine.
     ray.init(
@@ -570,6 +574,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="interpreter with flwr[simulation] and ring-actors (default: this one if it has flwr)",
     )
+    parser.add_argument(
+        "--ring-set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="ring runtime settings to measure, e.g. clients.concurrency=1 (never the workload)",
+    )
     parser.add_argument("--data-root", default=os.environ.get("RING_ACTORS_DATA"))
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--seed", type=int, default=0)
@@ -656,6 +667,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"workload: {json.dumps({**sizes, **spec})}", flush=True)
         for side in args.sides:
             runs = [(side, sys.executable, {}, side)]
+            if side == "ring" and args.ring_set:
+                runs = [
+                    (
+                        side,
+                        sys.executable,
+                        {"ring_set": args.ring_set},
+                        f"ring ({', '.join(args.ring_set)})",
+                    )
+                ]
             if side == "flower":
                 runs = [
                     (side, python, {"num_cpus": c}, f"flower (num_cpus={c:g})")
