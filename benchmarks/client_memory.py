@@ -64,14 +64,13 @@ class Probe:
 
 def measure(overrides: list[str], rounds: int, allocator: bool, torch_optim: bool) -> dict:
     from ring_actors.config import load_config
-    from ring_actors.data.client_splits import global_test_indices, split_for
+    from ring_actors.data.client_splits import global_test_set, split_for
     from ring_actors.data.sources import load_dataset
 
     config = load_config("jobs/configs/quickstart.yaml", overrides)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     splits = split_for(config, dataset)
-    test = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
-    global_test = ray.put((dataset.test_x[test], dataset.test_y[test]))
+    global_test = ray.put(global_test_set(config, dataset, splits))
     env = {"env_vars": dict(ALLOCATOR_ENV) if allocator else {"MALLOC_ARENA_MAX": ""}}
     probe = Probe.options(runtime_env=env).remote()
     try:

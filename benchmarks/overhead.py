@@ -172,18 +172,15 @@ def plain_worker(client_id: int, config, threads: int, barrier, results) -> None
     import torch
 
     from ring_actors.algorithms.local import Local
-    from ring_actors.data.client_splits import global_test_indices, split_for
+    from ring_actors.data.client_splits import global_test_set, split_for
     from ring_actors.data.sources import load_dataset
     from ring_actors.method_factory import client_data, task_spec
 
     torch.set_num_threads(threads)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     splits = split_for(config, dataset)
-    pick = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
     cpu = torch.device("cpu")
-    data = client_data(
-        dataset, splits[client_id], (dataset.test_x[pick], dataset.test_y[pick]), cpu
-    )
+    data = client_data(dataset, splits[client_id], global_test_set(config, dataset, splits), cpu)
     train = data.train
     task = task_spec(config, client_id, dataset.num_classes, dataset.input_shape, cpu)
     algorithm = Local(config.algorithm.options, task)

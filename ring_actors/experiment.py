@@ -21,7 +21,7 @@ from tqdm import tqdm
 from ring_actors.client import ClientActor
 from ring_actors.config import Config, FaultSection, check_backbone_for
 from ring_actors.coordinator import CHECKPOINT, Coordinator
-from ring_actors.data.client_splits import global_test_indices, split_for
+from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import load_dataset
 from ring_actors.faults import driver_faults_due
@@ -216,13 +216,10 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     check_backbone_for(config, dataset.input_shape, dataset.num_classes)
     splits = split_for(config, dataset)
-    global_test = global_test_indices(
-        splits, config.eval.global_max_samples, config.experiment.seed
-    )
     if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
         check_capacity(config)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
-    global_test_ref = ray.put((dataset.test_x[global_test], dataset.test_y[global_test]))
+    global_test_ref = ray.put(global_test_set(config, dataset, splits))
 
     run_key = uuid.uuid4().hex[:12]
     # The coordinator lives beside the driver and its checkpoint; Ray restarts it after a

@@ -18,7 +18,7 @@ import torch
 from ring_actors.client_core import ClientCore, ClientData
 from ring_actors.config import Config
 from ring_actors.coordinator_core import CoordinatorCore
-from ring_actors.data.client_splits import global_test_indices, split_for
+from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.sources import load_dataset
 from ring_actors.faults import driver_faults_due
 from ring_actors.membership import View
@@ -144,8 +144,7 @@ class InProcessRing:
         sampled exactly as a launch on Ray does, standby joiners included."""
         dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
         splits = split_for(config, dataset)
-        pick = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
-        global_test = (dataset.test_x[pick], dataset.test_y[pick])
+        global_test = global_test_set(config, dataset, splits)
         cpu = torch.device("cpu")
         data = [client_data(dataset, split, global_test, cpu) for split in splits]
         return cls(config, data, dataset.num_classes, dataset.input_shape, output_dir)

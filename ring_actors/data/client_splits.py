@@ -60,3 +60,11 @@ def global_test_indices(splits: list[ClientSplit], cap: int | None, seed: int) -
     if cap is None or cap >= len(union):
         return union
     return np.sort(np.random.default_rng(seed).choice(union, size=cap, replace=False))
+
+
+def global_test_set(
+    config: Config, dataset: DatasetArrays, splits: list[ClientSplit]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The Global-T images and labels the config asks for, shared by every client."""
+    pick = global_test_indices(splits, config.eval.global_max_samples, config.experiment.seed)
+    return dataset.test_x[pick], dataset.test_y[pick]
