@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    OutOfMemoryError,
+    RayActorError,
+    WorkerCrashedError,
+)
 
 from ring_actors.membership import View
 from ring_actors.protocol import Payload
@@ -19,7 +25,9 @@ class RayPending:
     """An actor call's ObjectRef as a :class:`~ring_actors.transport.Pending`.
 
     A transiently unavailable actor (it is being restarted) is not gone: the call raises
-    :class:`PeerUnavailable` and the caller may try again.
+    :class:`PeerUnavailable` and the caller may try again. A call whose process died under
+    it (the actor died, its worker crashed, or Ray's memory monitor killed it) raises
+    :class:`PeerGone`, so the payload is re-sent past the peer instead of dropped.
     """
 
     ref: ray.ObjectRef
@@ -35,7 +43,7 @@ class RayPending:
             raise TimeoutError(str(err)) from err
         except ActorUnavailableError as err:
             raise PeerUnavailable(str(err)) from err
-        except RayActorError as err:
+        except (RayActorError, OutOfMemoryError, WorkerCrashedError) as err:
             raise PeerGone(type(err).__name__) from err
 
 
