@@ -16,7 +16,9 @@ A method may carry option overrides after a colon: ``gene_fl:lambda1=0.05,partic
 keys starting with ``@`` change the setting for that method only: ``drdfl:@exchange=none``,
 ``ua_pdfl:@topology=dynamic,@degree=5``.
 Prints a Markdown table (Local-T and Global-T: mean over the last ``--last`` evaluated rounds,
-mean +- std over seeds; MB sent per client per round) and writes every run to a JSON file.
+mean +- std over seeds; MB sent per client per round) and writes every run to a JSON file;
+``--figures DIR`` and ``--mlflow-uri URI`` draw accuracy by round per method (the report's own
+figures) and log them to MLflow.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ from ring_actors.laps import accumulate
 from ring_actors.method_factory import client_seed
 from ring_actors.plugins import resolve_algorithm
 from ring_actors.protocol import Payload
+from ring_actors.report.figures import accuracy_curves
+from ring_actors.report.mlflow_io import log_report
+from ring_actors.report.runs import EvalRow, Run
+from ring_actors.report.tables import build_table
 from topologies import build_topology
 
 RESULTS = Path(__file__).parent / "results"
@@ -338,18 +344,48 @@ def config_keys(setting: Setting) -> dict[str, object]:
     return keys
 
 
-def run_config(setting: Setting, seed: int, method: str | None = None) -> Config:
-    """The config of a ``jobs.train`` run of ``setting`` (with ``method``'s defaults): the
-    same partitions and test sets as the simulation."""
-    tree: dict[str, Any] = {} if method is None else {"algorithm": {"name": method}}
-    keys = {**config_keys(setting), "experiment.seed": seed, "data.root": setting.root}
+def _nested(keys: dict[str, object], tree: dict[str, Any]) -> dict[str, Any]:
+    """Dotted keys written into ``tree`` as nested sections."""
     for key, value in keys.items():
         *path, leaf = key.split(".")
         node = tree
         for part in path:
             node = node.setdefault(part, {})
         node[leaf] = value
-    return config_from_dict(tree)
+    return tree
+
+
+def run_config(setting: Setting, seed: int, method: str | None = None) -> Config:
+    """The config of a ``jobs.train`` run of ``setting`` (with ``method``'s defaults): the
+    same partitions and test sets as the simulation."""
+    tree: dict[str, Any] = {} if method is None else {"algorithm": {"name": method}}
+    keys = {**config_keys(setting), "experiment.seed": seed, "data.root": setting.root}
+    return config_from_dict(_nested(keys, tree))
+
+
+def as_report_run(run: dict) -> Run:
+    """A simulated run as the report's ``Run``, named by its spec (the table's row)."""
+    setting = Setting(**run["setting"])
+    config = _nested({**config_keys(setting), "experiment.seed": run["seed"]}, {})
+    rows = tuple(
+        EvalRow(client, r["round"], 0.0, local, glob)
+        for r in run["rounds"]
+        for client, (local, glob) in enumerate(zip(r["local"], r["global"], strict=True))
+    )
+    summary = {"algorithm": run["spec"], "rounds_completed": setting.rounds}
+    return Run(Path(f"{run['spec']}-seed{run['seed']}"), config, summary, rows, ())
+
+
+def write_curves(runs: list[dict], out: Path, mlflow_uri: str | None, experiment: str) -> None:
+    """Accuracy by round, a line per method spec (mean over seeds, ± std band), a figure per
+    dataset and partition, written to ``out`` and logged to MLflow when a URI is given."""
+    table = build_table([as_report_run(run) for run in runs], ("method", "dataset", "partition"))
+    out.mkdir(parents=True, exist_ok=True)
+    figures = accuracy_curves(table, out)
+    print("figures:", *figures)
+    if mlflow_uri:
+        run_id = log_report(mlflow_uri, experiment, figures)
+        print(f"mlflow: {mlflow_uri} experiment {experiment!r} run {run_id}")
 
 
 def baseline(runs: list[dict], setting: Setting, seeds: list[int], command: str) -> dict:
@@ -397,6 +433,9 @@ def main(argv: list[str] | None = None) -> None:
         metavar="JSON",
         help="also write the plain methods' figures as the reference jobs.train prints",
     )
+    parser.add_argument("--figures", type=Path, metavar="DIR", help="draw accuracy by round")
+    parser.add_argument("--mlflow-uri", help="log the figures to this tracking store")
+    parser.add_argument("--experiment", default="fidelity", help="the figures' MLflow experiment")
     for field in dataclasses.fields(Setting):
         flag = "--" + field.name.replace("_", "-")
         kind = int if str(field.type).startswith("int") else str
@@ -422,6 +461,9 @@ def main(argv: list[str] | None = None) -> None:
             record = {"setting": dataclasses.asdict(setting), "seeds": args.seeds, "runs": runs}
             args.out.write_text(json.dumps(record, indent=1))  # after every run: partial is kept
     print(table(runs, setting.last))
+    if args.figures is not None or args.mlflow_uri:
+        out = args.figures or args.out.with_name(args.out.stem + "-figures")
+        write_curves(runs, out, args.mlflow_uri, args.experiment)
     if args.write_baseline is not None:
         words = sys.argv[1:] if argv is None else argv
         command = " ".join(["python -m benchmarks.fidelity", *words])
