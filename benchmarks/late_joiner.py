@@ -8,13 +8,22 @@ cores); at ``--join-round`` the fault plan splices in the joiners, which the coo
 and starts as on a cluster. Each seed runs twice, identical but for ``clients.join_start``:
 ``hand_off`` (the joiner runs the method's ``init_from`` on its predecessor's state, as the
 papers do) and ``fresh``. The table compares the joiners' Local-T and Global-T over their
-first rounds in the ring, averaged over joiners, then mean +- std over seeds.
+first rounds in the ring, averaged over joiners, then mean +- std over seeds, and the bytes
+a joiner was handed.
+
+GENE-FL's claim (agnostic joiners initialised from the learnGene beat fresh ones) is the same
+comparison with joiners holding the classes the veterans never saw:
+
+    python -m benchmarks.late_joiner --method gene_fl --joiner-classes other_half \
+        --veterans 5 --joiners 5 --join-round 8 --rounds-after 8 --classes-per-client 4 \
+        algorithm.known_rounds=8 algorithm.clusters=2 algorithm.gene_fraction=0.02
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -22,38 +31,47 @@ from typing import Any
 
 import torch
 
-from ring_actors.config import config_from_dict
+from ring_actors.config import apply_overrides, config_from_dict
 from ring_actors.in_process import InProcessRing
 
 RESULTS = Path(__file__).parent / "results"
 STARTS = ("hand_off", "fresh")
+HAND_OFF = re.compile(r"^(\d+) bytes from")
 
 
 def joiner_curves(args: argparse.Namespace, seed: int, start: str) -> list[dict[str, Any]]:
     """Every joiner's evaluated rounds, numbered from its first round in the ring."""
-    config = config_from_dict(
-        {
-            "experiment": {
-                "name": "late-joiner",
-                "seed": seed,
-                "rounds": args.join_round + args.rounds_after + 2,
+    base = {
+        "experiment": {
+            "name": "late-joiner",
+            "seed": seed,
+            "rounds": args.join_round + args.rounds_after + 2,
+        },
+        "data": {
+            "dataset": args.dataset,
+            "max_train_per_client": args.max_train,
+            "partition": {
+                "kind": "shard",
+                "classes_per_client": args.classes_per_client,
+                "joiner_classes": args.joiner_classes,
             },
-            "data": {
-                "dataset": args.dataset,
-                "max_train_per_client": args.max_train,
-                "partition": {"kind": "shard", "classes_per_client": args.classes_per_client},
-            },
-            "clients": {"count": args.veterans, "join_start": start},
-            "algorithm": {"name": args.method},
-            "schedule": {"mode": "sync"},
-            "eval": {"every": 1, "global_max_samples": args.global_max},
-            "faults": [{"at_round": args.join_round, "join": args.joiners}],
-        }
-    )
+        },
+        "clients": {"count": args.veterans, "join_start": start},
+        "algorithm": {"name": args.method},
+        "schedule": {"mode": "sync"},
+        "eval": {"every": 1, "global_max_samples": args.global_max},
+        "faults": [{"at_round": args.join_round, "join": args.joiners}],
+    }
+    config = config_from_dict(apply_overrides(base, args.overrides))
     with tempfile.TemporaryDirectory() as tmp:
         ring = InProcessRing.from_config(config, Path(tmp))
         ring.run(timeout_s=3600)
     joiners = range(args.veterans, args.veterans + args.joiners)
+    handed = {
+        e["client"]: int(match[1])
+        for e in ring.coordinator.events
+        if e["kind"] == "join_initialised" and (match := HAND_OFF.match(e["detail"]))
+    }
     curves = []
     for joiner in joiners:
         rows = sorted(
@@ -69,6 +87,7 @@ def joiner_curves(args: argparse.Namespace, seed: int, start: str) -> list[dict[
                     "round_after_join": after,
                     "local_acc": row["local_acc"],
                     "global_acc": row["global_acc"],
+                    "handed_mb": handed.get(joiner, 0) / 1e6,
                 }
             )
     return curves
@@ -76,7 +95,10 @@ def joiner_curves(args: argparse.Namespace, seed: int, start: str) -> list[dict[
 
 def table(rows: list[dict[str, Any]], rounds_after: int) -> str:
     """Markdown: per round after the join and start, the joiners' mean, over seeds."""
-    lines = ["| round after join | start | Local-T (%) | Global-T (%) |", "|---|---|---|---|"]
+    lines = [
+        "| round after join | start | Local-T (%) | Global-T (%) | MB handed to a joiner |",
+        "|---|---|---|---|---|",
+    ]
     seeds = sorted({r["seed"] for r in rows})
     for after in range(1, rounds_after + 1):
         for start in STARTS:
@@ -93,7 +115,10 @@ def table(rows: list[dict[str, Any]], rounds_after: int) -> str:
                         per_seed.append(100 * statistics.fmean(mine))
                 spread = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
                 cells.append(f"{statistics.fmean(per_seed):.1f} ± {spread:.1f}")
-            lines.append(f"| {after} | {start} | {cells[0]} | {cells[1]} |")
+            handed = [r["handed_mb"] for r in rows if r["start"] == start]
+            lines.append(
+                f"| {after} | {start} | {cells[0]} | {cells[1]} | {statistics.fmean(handed):.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -108,8 +133,15 @@ def main() -> None:
     parser.add_argument("--max-train", type=int, default=500)
     parser.add_argument("--classes-per-client", type=int, default=3)
     parser.add_argument("--global-max", type=int, default=2000)
+    parser.add_argument(
+        "--joiner-classes",
+        choices=("all", "other_half"),
+        default="all",
+        help="other_half: joiners hold only the classes the veterans do not (GENE-FL's setting)",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=RESULTS / "late_joiner.json")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides: algorithm.lr=0.01 ...")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []

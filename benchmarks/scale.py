@@ -165,6 +165,9 @@ def main() -> None:
         worker(spec, args.worker.with_name("result.json"))
         return
     results = []
+    previous = json.loads(args.json.read_text()) if args.json.exists() else {"runs": []}
+    command = "python -m benchmarks.scale " + " ".join(sys.argv[1:])
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     for n in args.clients:
         for algorithm in args.algorithms:
             for mode in args.modes:
@@ -180,12 +183,9 @@ def main() -> None:
                 }
                 results.append(run(spec))
                 print(table(results[-1:]).splitlines()[-1], flush=True)
+                previous["runs"].append({**results[-1], "command": command})
+                args.json.write_text(json.dumps(previous, indent=2))  # a later failure keeps it
     print(table(results))
-    previous = json.loads(args.json.read_text()) if args.json.exists() else {"runs": []}
-    command = "python -m benchmarks.scale " + " ".join(sys.argv[1:])
-    previous["runs"] += [{**r, "command": command} for r in results]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(previous, indent=2))
 
 
 if __name__ == "__main__":
