@@ -14,7 +14,6 @@ from typing import Any
 
 import ray
 import yaml
-from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
 
@@ -26,6 +25,7 @@ from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import load_dataset
 from ring_actors.faults import driver_faults_due
 from ring_actors.placement import slot_limit
+from ring_actors.ray_transport import CALLEE_DIED
 from ring_actors.recovery import actor_name
 from ring_actors.slots import SlotPool, node_resources, pool_name
 from ring_actors.tracking import resolve_tracking_uri
@@ -291,7 +291,7 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
         while True:
             try:
                 state = ray.get(experiment.coordinator.progress.remote())
-            except RayActorError:  # the coordinator is being restarted: ask again
+            except CALLEE_DIED:  # the coordinator is being restarted: ask again
                 time.sleep(0.5)
                 continue
             for error in state["errors"][printed:]:

@@ -19,6 +19,10 @@ from ring_actors.membership import View
 from ring_actors.protocol import Payload
 from ring_actors.transport import ClientHandle, PeerGone, PeerUnavailable, Readmission
 
+# What a call raises when the process answering it died under it: the actor died, its
+# worker crashed, or Ray's memory monitor killed it.
+CALLEE_DIED = (RayActorError, OutOfMemoryError, WorkerCrashedError)
+
 
 @dataclass(frozen=True)
 class RayPending:
@@ -43,7 +47,7 @@ class RayPending:
             raise TimeoutError(str(err)) from err
         except ActorUnavailableError as err:
             raise PeerUnavailable(str(err)) from err
-        except (RayActorError, OutOfMemoryError, WorkerCrashedError) as err:
+        except CALLEE_DIED as err:
             raise PeerGone(type(err).__name__) from err
 
 

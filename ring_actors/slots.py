@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import ray
-from ray.exceptions import RayActorError
 
+from ring_actors.ray_transport import CALLEE_DIED
 from ring_actors.worker_env import release_freed_memory
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ class Slots:
         started = time.monotonic()
         try:
             return ray.get(pool.acquire.remote(self.client_id, round_))
-        except RayActorError as err:
+        except CALLEE_DIED as err:
             log.warning("client %d computes without a slot: %r", self.client_id, err)
             self.name, self.pool = None, None  # the pool is gone: stop asking
             return None
