@@ -107,6 +107,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         spec = {**spec, "tmp": tmp}
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        load_before = os.getloadavg()[0]
         spawned = time.time()
         spec_path.write_text(json.dumps({**spec, "spawned": spawned}))
         command = [sys.executable, "-m", "benchmarks.scale", "--worker", str(spec_path)]
@@ -130,7 +131,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "peak_pss_mb_by_process": {
             k: round(v / 1024) for k, v in sorted(sampler.peak_pss_by_title.items())
         },
-        "load_before": os.getloadavg()[0],
+        "load_before": load_before,
     }
 
 
