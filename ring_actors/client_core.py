@@ -330,6 +330,7 @@ class ClientCore:
         """Every round from ``first_round`` on; a failure is reported, never swallowed."""
         try:
             if joining:
+                self.algorithm.joining(first_round)
                 self._initialise_from_hand_off()
             for round_ in range(first_round, self.config.experiment.rounds):
                 self.round = round_

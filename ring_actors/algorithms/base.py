@@ -135,6 +135,11 @@ class Algorithm(ABC):
             for name, value in state.items():
                 value.copy_(tensors[name].to(value.device))
 
+    def joining(self, first_round: int) -> None:
+        """This client is spliced into a running ring before ``first_round``, whether or not
+        a hand-off follows: a method whose roles depend on when a client arrived hears it
+        here (the default needs nothing)."""
+
     def init_from(self, received: Payload) -> None:
         """A late joiner's first state: the shared part copied, the private part left fresh."""
         self.set_shared(received.tensors)

@@ -111,7 +111,7 @@ class GeneFL(Algorithm):
         self.signature: torch.Tensor | None = None
         self.new_signature: torch.Tensor | None = None  # a joiner's, for the centroid update
         self.round = 0  # the round the next train_round belongs to
-        self.joined = False  # set by init_from: an agnostic newcomer
+        self.joined = False  # an agnostic newcomer (``joining``), past the known phase too
         self.pending = False  # a newcomer that has not yet picked its cluster
         self.participating = False
         self.retired = False  # a known client past its phase: keeps its personal model
@@ -253,6 +253,11 @@ class GeneFL(Algorithm):
         for k, gene in self.genes.items():
             out.update({f"gene/c{k}/{key}": value for key, value in gene.items()})
         return out
+
+    def joining(self, first_round: int) -> None:
+        """An agnostic newcomer, handed the learnGene or not: it trains past the known phase."""
+        self.joined = True
+        self.round = first_round
 
     def init_from(self, received: Payload) -> None:
         """Adopt the ring's tables; the cluster is picked in the first round (it needs data)."""

@@ -199,6 +199,10 @@ class UAPDFL(SupervisedAlgorithm):
                 weight += n
             value.copy_(total / weight)
 
+    def joining(self, first_round: int) -> None:
+        """A late joiner continues the ring's learning-rate decay, handed a model or not."""
+        self.rounds_trained = first_round
+
     def init_from(self, received: Payload) -> None:
         """A late joiner copies the whole model and continues the ring's learning-rate decay."""
         super().init_from(received)

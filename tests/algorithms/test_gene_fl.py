@@ -347,3 +347,17 @@ def test_learns_separable_data_above_chance():
     test = horizontal(99, 128)
     for algo in algos:
         assert algo.evaluate(test)["acc"] > 0.6  # chance is 0.25
+
+
+def test_a_joiner_trains_past_the_known_phase_with_or_without_a_hand_off():
+    """An agnostic newcomer started fresh (nothing handed over) is no known client: it must
+    train after the known phase, as a handed one does, or the fresh-start control is void."""
+    known = make(known_rounds=2)
+    known.round = 5
+    assert known.train_round(horizontal(0))["participated"] == 0.0
+    fresh = make(seed=2, known_rounds=2)
+    fresh.joining(5)
+    start = {k: layer_value(fresh, k) for k in fresh.params}
+    assert fresh.train_round(horizontal(1))["participated"] == 1.0
+    assert fresh.round == 6
+    assert not all(torch.equal(layer_value(fresh, k), v) for k, v in start.items())

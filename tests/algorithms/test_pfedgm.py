@@ -372,3 +372,10 @@ def test_learns_separable_data_over_ring_laps():
     assert all(client.personal is not None for client in clients)
     for result in results:
         assert result["acc"] > 0.6 and result["acc_global"] > 0.6  # chance is 0.25
+
+
+def test_a_fresh_joiner_draws_participation_for_the_ring_s_rounds():
+    joiner = make(seed=9, participation=0.5)
+    joiner.joining(7)
+    joiner.train_round(separable(16, CLASSES, SHAPE))
+    assert joiner.next_round == 8

@@ -322,3 +322,9 @@ def test_clients_learn_their_own_classes_and_find_their_group():
     partner = {0: 1, 1: 0, 2: 3, 3: 2}
     final = similar[-1]
     assert all(final[i] == (partner[i],) for i in range(len(groups))), final
+
+
+def test_a_fresh_joiner_continues_the_ring_s_learning_rate_decay():
+    joiner = make()
+    joiner.joining(10)
+    assert joiner.round_lr() == pytest.approx(0.05 * 0.95**10)
