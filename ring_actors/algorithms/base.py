@@ -139,6 +139,7 @@ class Algorithm(ABC):
         """This client is spliced into a running ring before ``first_round``, whether or not
         a hand-off follows: a method whose roles depend on when a client arrived hears it
         here (the default needs nothing)."""
+        return None
 
     def init_from(self, received: Payload) -> None:
         """A late joiner's first state: the shared part copied, the private part left fresh."""
