@@ -85,7 +85,7 @@ def accuracy_curves(table: Table, directory: Path) -> list[Path]:
             figure.subplots_adjust(right=0.85)
             axes[-1].legend(title=table.row_key, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         path = directory / f"curves-{slug(column_label(column))}.png"
-        figure.savefig(path, dpi=100)
+        figure.savefig(path, dpi=100, bbox_inches="tight")  # a long row label widens the file
         plt.close(figure)
         paths.append(path)
     return paths

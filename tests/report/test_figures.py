@@ -50,6 +50,19 @@ def test_one_curve_figure_per_column_cell(tmp_path):
         assert_png(path)
 
 
+def test_a_long_row_label_is_kept_whole_in_the_saved_figure(tmp_path):
+    widths = {}
+    for method in ("fedavg", "pfedgm:lr=0.03,nu_lr=0.03,phase2_lr=0.15,lbfgs_lr=0.15"):
+        make_run(tmp_path / "runs" / method, method)
+        run = load_run(tmp_path / "runs" / method)
+        out = tmp_path / f"out-{len(widths)}"
+        out.mkdir()
+        (path,) = accuracy_curves(build_table([run], ["method", "dataset", "partition"]), out)
+        widths[method] = image.imread(path).shape[1]
+    short, long = widths.values()
+    assert long > short + 100  # the legend grows the file instead of running off its edge
+
+
 def test_the_timeline_draws_every_client_and_marks_the_membership_events(tmp_path):
     events = [
         event(4.1, "crash", 1, 1),
