@@ -4,6 +4,8 @@ neither."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 from ray.exceptions import OutOfMemoryError, WorkerCrashedError
@@ -22,6 +24,9 @@ class Peer:
     def ping(self) -> int:
         return 1
 
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
 
 def test_a_call_whose_process_was_killed_for_memory_reads_as_a_gone_peer(ray_local):
     peer = Peer.remote()
@@ -35,6 +40,7 @@ def test_a_dead_actor_is_gone_and_a_receivers_own_error_is_not(ray_local):
     with pytest.raises(ValueError):
         RayPending(peer.fail.remote(ValueError("malformed payload"))).result(30)
     assert RayPending(peer.ping.remote()).result(30) == 1
+    in_flight = peer.sleep.remote(120)  # a call made after ray.kill may run before the kill lands
     ray.kill(peer, no_restart=True)
     with pytest.raises(PeerGone, match="ActorDiedError"):
-        RayPending(peer.ping.remote()).result(30)
+        RayPending(in_flight).result(60)
