@@ -87,6 +87,7 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
         if cluster is not None:
             cluster.shutdown()
     rows = pq.read_table(tmp / "out" / "metrics.parquet").to_pylist()
+    kinds = pq.read_table(tmp / "out" / "events.parquet").column("kind").to_pylist()
     ends = [max(r["time_s"] for r in rows if r["round"] == k) for k in range(spec["rounds"])]
     result = {
         "to_round0_s": started - spec["spawned"] + ends[0],
@@ -97,6 +98,8 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
         "slot_wait_s_median": statistics.median(r.get("slot_wait_s") or 0.0 for r in rows),
         "local_acc": summary["local_acc"]["mean"],
         "lost_payloads": summary["events"]["lost_payloads"],
+        "reports": len(rows),  # a client's round it finished and reported, of clients x rounds
+        "events": {kind: kinds.count(kind) for kind in sorted(set(kinds))},
         "nodes_used": nodes,
     }
     result_path.write_text(json.dumps(result))
