@@ -160,11 +160,11 @@ class PFedGM(Algorithm):
         """The global model from the last lap."""
         return {k: v.clone() for k, v in self.global_model.items()}
 
-    @torch.no_grad()
     def joining(self, first_round: int) -> None:
         """Draw participation for the ring's rounds, handed a model or not."""
         self.next_round = first_round
 
+    @torch.no_grad()
     def init_from(self, received: Payload) -> None:
         """Install the handed-off global model; Phase 2 follows at the next evaluation."""
         missing = set(self.global_model) - set(received.tensors)
