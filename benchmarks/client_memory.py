@@ -17,14 +17,8 @@ from pathlib import Path
 
 import ray
 
-from ring_actors.worker_env import ALLOCATOR_ENV
-
-
-def uss_mb() -> float:
-    """Private memory of this process, in MB."""
-    with open("/proc/self/smaps_rollup") as handle:
-        kb = sum(int(line.split()[1]) for line in handle if line.startswith("Private_"))
-    return kb / 1024
+from benchmarks.common import uss_mb
+from ring_actors.runtime.worker_env import ALLOCATOR_ENV
 
 
 @ray.remote(num_cpus=0)
@@ -37,9 +31,9 @@ class Probe:
 
         phases["import torch"] = uss_mb()
         from ring_actors.algorithms import base
-        from ring_actors.client import ClientActor
         from ring_actors.config import config_from_dict
-        from ring_actors.worker_env import release_freed_memory
+        from ring_actors.runtime.client_actor import ClientActor
+        from ring_actors.runtime.worker_env import release_freed_memory
 
         phases["import client"] = uss_mb()
         config = config_from_dict(config)

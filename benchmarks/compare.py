@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from ring_actors.config import load_config
-from ring_actors.experiment import run_experiment
+from ring_actors.runtime.driver import run_experiment
 
 
 def partition_overrides(spec: str) -> list[str]:

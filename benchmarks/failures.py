@@ -30,16 +30,17 @@ import ray
 from ray.cluster_utils import Cluster
 
 from ring_actors.config import load_config
-from ring_actors.experiment import Experiment, launch, shutdown
+from ring_actors.coordinator.progress import Progress
+from ring_actors.runtime.driver import Experiment, launch, shutdown
 
 POLL_S = 0.02
 
 
-def progress(experiment: Experiment) -> dict:
+def progress(experiment: Experiment) -> Progress:
     return ray.get(experiment.coordinator.progress.remote())
 
 
-def wait_until(experiment: Experiment, done, timeout_s: float = 300.0) -> tuple[float, dict]:
+def wait_until(experiment: Experiment, done, timeout_s: float = 300.0) -> tuple[float, Progress]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         state = progress(experiment)
@@ -54,11 +55,11 @@ def measure(experiment: Experiment, inject, lost: int) -> dict[str, float]:
     before = progress(experiment)
     t0 = time.monotonic()
     inject()
-    detected, state = wait_until(experiment, lambda s: s["live"] <= before["live"] - lost)
+    detected, state = wait_until(experiment, lambda s: s.live <= before.live - lost)
     # Every survivor finishes a round that it began after the fault.
-    target = before["newest"] + 1
-    healed, _ = wait_until(experiment, lambda s: s["round"] > target)
-    return {"detection_s": detected - t0, "heal_s": healed - t0, "epoch": state["epoch"]}
+    target = before.newest + 1
+    healed, _ = wait_until(experiment, lambda s: s.round > target)
+    return {"detection_s": detected - t0, "heal_s": healed - t0, "epoch": state.epoch}
 
 
 def run_kind(kind: str, repeats: int, args: argparse.Namespace, workdir: Path) -> list[dict]:
@@ -87,7 +88,7 @@ def run_kind(kind: str, repeats: int, args: argparse.Namespace, workdir: Path) -
     samples = []
     try:
         ray.get(experiment.coordinator.start_clients.remote())
-        wait_until(experiment, lambda s: s["round"] >= 2)
+        wait_until(experiment, lambda s: s.round >= 2)
         victims = sorted(experiment.placement)
         stopped = []
         for repeat in range(repeats):
@@ -133,7 +134,7 @@ def main() -> None:
             samples += run_kind(kind, args.repeats, args, Path(tmp))
     medians = {
         kind: {
-            key: statistics.median(s[key] for s in samples if s["kind"] == kind)
+            key: statistics.median(s[key] for s in samples if s.kind == kind)
             for key in ("detection_s", "heal_s")
         }
         for kind in args.kinds

@@ -37,22 +37,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.common import RESULTS
 from ring_actors.algorithms import Algorithm, TaskSpec
+from ring_actors.client.ring_lap import accumulate
 from ring_actors.config import Config, TopologySection, config_from_dict
 from ring_actors.data.client_splits import global_test_indices, split_for
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.sources import DatasetArrays, load_dataset
-from ring_actors.laps import accumulate
+from ring_actors.delivery.payloads import Payload
 from ring_actors.method_factory import client_seed
-from ring_actors.plugins import resolve_algorithm
-from ring_actors.protocol import Payload
+from ring_actors.plugins.methods import resolve_algorithm
 from ring_actors.report.figures import accuracy_curves
 from ring_actors.report.mlflow_io import log_report
 from ring_actors.report.runs import EvalRow, Run
 from ring_actors.report.tables import build_table
 from topologies import build_topology
-
-RESULTS = Path(__file__).parent / "results"
 
 
 @dataclass(frozen=True)

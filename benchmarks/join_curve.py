@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from mlflow.tracking import MlflowClient
 
 from ring_actors.config import load_config
-from ring_actors.experiment import run_experiment
+from ring_actors.runtime.driver import run_experiment
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402  (the backend must be chosen first)

@@ -31,10 +31,10 @@ from typing import Any
 
 import torch
 
+from benchmarks.common import RESULTS
 from ring_actors.config import apply_overrides, config_from_dict
 from ring_actors.in_process import InProcessRing
 
-RESULTS = Path(__file__).parent / "results"
 STARTS = ("hand_off", "fresh")
 HAND_OFF = re.compile(r"^(\d+) bytes from")
 

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.common import RESULTS
+
 PAGE_MB = resource.getpagesize() / 2**20
 
 
@@ -55,7 +56,7 @@ def measure(rounds: int, clients: int, samples: int) -> dict[str, Any]:
 
         def sample() -> None:
             while not done.wait(0.5):
-                trace.append((ring.coordinator.progress()["newest"], resident_mb()))
+                trace.append((ring.coordinator.progress().newest, resident_mb()))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

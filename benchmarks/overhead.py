@@ -255,7 +255,7 @@ def run_ring(config, out: Path) -> dict[str, Any]:
     import ray
     from mlflow.tracking import MlflowClient
 
-    from ring_actors.experiment import launch, shutdown, wait_and_finalize
+    from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 
     t0 = time.monotonic()
     experiment = launch(config, out)  # loads data, starts Ray (connect_ray) and every actor

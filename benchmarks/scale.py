@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import REPO
 from benchmarks.vs_flower import TreeSampler
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def overrides(spec: dict[str, Any], tmp: Path) -> list[str]:
@@ -57,7 +56,7 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
     import ray
 
     from ring_actors.config import load_config
-    from ring_actors.experiment import launch, shutdown, wait_and_finalize
+    from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 
     tmp = Path(spec["tmp"])
     config = load_config("jobs/configs/quickstart.yaml", overrides(spec, tmp))

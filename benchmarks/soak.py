@@ -33,7 +33,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.common import RESULTS
+
 HOP_S = {"in-process": 0.5, "ray": 4.0}  # schedule.hop_timeout_s of each backend
 
 
@@ -197,7 +198,7 @@ def run_on_ray(plan: dict[str, Any], workdir: Path) -> tuple[dict, list, list]:
     import pyarrow.parquet as pq
 
     from ring_actors.config import config_from_dict
-    from ring_actors.experiment import run_experiment
+    from ring_actors.runtime.driver import run_experiment
 
     config = config_from_dict(plan_config(plan, "ray", workdir))
     out = workdir / "out"

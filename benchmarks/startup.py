@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-
+from benchmarks.common import REPO
 
 # ---- the traced child: the CLI with wall-clock marks around its phases ------------------------
 
@@ -48,7 +47,7 @@ def child(marks_path: Path, cli_args: list[str]) -> int:
     marks["imported_cli"] = time.time()
     import ray
 
-    import ring_actors.experiment as experiment  # ray, mlflow (main imports it lazily)
+    import ring_actors.runtime.driver as experiment  # ray, mlflow (main imports it lazily)
 
     marks["imported_experiment"] = time.time()
 
@@ -65,7 +64,7 @@ def child(marks_path: Path, cli_args: list[str]) -> int:
         setattr(module, name, wrapper)
 
     class RayProxy:
-        """``ray`` as ``ring_actors.experiment`` sees it, noting when each ``ray.get`` returns."""
+        """``ray`` as the driver sees it, noting when each ``ray.get`` returns."""
 
         def __getattr__(self, name: str):
             return getattr(ray, name)
@@ -183,7 +182,7 @@ def run_once(kind: str, overrides: list[str], cold_cache: bool) -> dict[str, Any
 PHASES = [  # (label, start mark, end mark)
     ("interpreter start + runpy", None, "child_main"),
     ("import jobs.train (config, torch)", "child_main", "imported_cli"),
-    ("import ring_actors.experiment (ray, mlflow)", "imported_cli", "imported_experiment"),
+    ("import ring_actors.runtime.driver (ray, mlflow)", "imported_cli", "imported_experiment"),
     ("load + validate config", "config_begin", "config_end"),
     ("load_dataset", "dataset_begin", "dataset_end"),
     ("split_clients + Global-T indices", "split_begin", "ray_init_begin"),

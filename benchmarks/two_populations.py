@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from ring_actors.config import load_config
-from ring_actors.experiment import run_experiment
+from ring_actors.runtime.driver import run_experiment
 
 HAND_OFF = re.compile(r"^(\d+) bytes from")
 

@@ -63,7 +63,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.common import REPO, memory_kb
+
 SIDES = ("plain", "flower", "ring")
 SAMPLE_S = 0.5
 # Processes that hold a client: the ring's actors, Flower's, and the plain side's one process.
@@ -165,7 +166,7 @@ def client_data(spec: dict[str, Any], client: int) -> tuple[Any, Any]:
 
 def new_fedavg(spec: dict[str, Any], task: Any) -> Any:
     """The algorithm object a ring client builds: ``FedAvg`` with the ring's options."""
-    from ring_actors.plugins import resolve_algorithm
+    from ring_actors.plugins.methods import resolve_algorithm
 
     config = ring_config(spec)
     return resolve_algorithm(config.algorithm.name)(config.algorithm.options, task)
@@ -372,7 +373,7 @@ def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
     import ray
 
     from ring_actors.config import load_config
-    from ring_actors.experiment import run_experiment
+    from ring_actors.runtime.driver import run_experiment
 
     tmp = Path(spec["tmp"])
     overrides = [
@@ -417,16 +418,8 @@ WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 def _read_rollup(pid: int) -> tuple[int, int] | None:
     """(PSS, USS) of one process in kB, or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as handle:
-            fields = dict(line.split(":", 1) for line in handle if ":" in line)
-    except (OSError, ValueError):
-        return None
-
-    def kb(name: str) -> int:
-        return int(fields.get(name, "0 kB").split()[0])
-
-    return kb("Pss"), kb("Private_Clean") + kb("Private_Dirty")
+    memory = memory_kb(pid)
+    return None if memory is None else (memory["Pss"], memory["Uss"])
 
 
 def _descendants(root: int) -> dict[int, str]:

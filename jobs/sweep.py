@@ -24,8 +24,8 @@ import yaml
 
 from jobs.train import DEFAULT_CONFIG
 from ring_actors.config import Config, ConfigError, load_config
-from ring_actors.coordinator_core import CHECKPOINT
-from ring_actors.tracking import create_sqlite_store, resolve_tracking_uri
+from ring_actors.coordinator.core import CHECKPOINT
+from ring_actors.coordinator.tracking import create_sqlite_store, resolve_tracking_uri
 
 SWEEP_FILE = "sweep.json"  # in the sweep's directory: its MLflow parent run, kept for re-runs
 
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if not todo:
         return 0
     parent = parent_run(points, sweep_dir)
-    from ring_actors.experiment import run_experiment  # Ray only once every config is valid
+    from ring_actors.runtime.driver import run_experiment  # Ray only once every config is valid
 
     failed = 0
     for number, point in enumerate(todo, 1):

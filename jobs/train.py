@@ -114,7 +114,7 @@ def _against_local(summary: dict[str, Any], path: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list:
-        from ring_actors.plan import list_choices
+        from ring_actors.dry_run import list_choices
 
         print(list_choices(DEFAULT_CONFIG.parent / "paper"))
         return 0
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
     if args.dry_run:
-        from ring_actors.plan import describe_plan
+        from ring_actors.dry_run import describe_plan
 
         try:
             print(describe_plan(config))
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config error: {err}", file=sys.stderr)
             return 2
         return 0
-    from ring_actors.experiment import run_experiment  # Ray is imported only for a valid config
+    from ring_actors.runtime.driver import run_experiment  # Ray is imported only for a valid config
 
     output_dir = args.resume or args.output_dir
     resume = args.resume is not None

@@ -15,17 +15,17 @@ from typing import Any, TypeVar
 
 import torch
 
-from ring_actors.client_core import ClientCore, ClientData
+from ring_actors.client.core import ClientCore, ClientData
+from ring_actors.client.faults import driver_faults_due
 from ring_actors.config import Config
-from ring_actors.coordinator_core import CoordinatorCore
+from ring_actors.coordinator.core import CoordinatorCore
+from ring_actors.coordinator.membership import View
+from ring_actors.coordinator.tracking import Tracker
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.sources import load_dataset
-from ring_actors.faults import driver_faults_due
-from ring_actors.membership import View
+from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.transport import ClientHandle, PeerGone
 from ring_actors.method_factory import build_algorithm, client_data
-from ring_actors.protocol import Payload
-from ring_actors.tracking import Tracker
-from ring_actors.transport import ClientHandle, PeerGone
 
 T = TypeVar("T")
 CALL_THREADS = 4  # concurrent calls one client answers (a Ray actor's max_concurrency)
@@ -71,7 +71,7 @@ class LocalClient:
 
 
 class LocalHandle:
-    """A :class:`~ring_actors.transport.ClientHandle` on a :class:`LocalClient`."""
+    """A :class:`~ring_actors.delivery.transport.ClientHandle` on a :class:`LocalClient`."""
 
     def __init__(self, client: LocalClient) -> None:
         self.client = client
@@ -176,10 +176,10 @@ class InProcessRing:
         while time.monotonic() < deadline:
             state = self.coordinator.progress()
             plan = self.config.faults
-            for index in driver_faults_due(plan, state["round"], state["newest"], applied):
+            for index in driver_faults_due(plan, state.round, state.newest, applied):
                 applied.add(index)
                 self.join(plan[index].join, first_round=plan[index].at_round)
-            if state["finished"] or state["stopped"]:
+            if state.finished or state.stopped:
                 return state
             time.sleep(0.02)
         raise TimeoutError(f"ring not done in {timeout_s}s: {self.coordinator.progress()}")

@@ -7,12 +7,12 @@ import numpy as np
 import torch
 
 from ring_actors.algorithms import Algorithm, TaskSpec
-from ring_actors.client_core import ClientData
+from ring_actors.client.core import ClientData
 from ring_actors.config import Config
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import DatasetArrays
-from ring_actors.plugins import resolve_algorithm
+from ring_actors.plugins.methods import resolve_algorithm
 
 SEED_STRIDE = 100_003  # a prime: client seeds of different experiment seeds never collide
 

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ring_actors.config import ScheduleSection
 
 LAP_FETCH_CAP_S = 5.0  # a lap result is a small call to one peer: never wait long for it
+RESEND_CAP_S = 1.0  # a send to a peer being restarted is tried again at least this often
+RECONCILE_CAP_S = 0.2  # the coordinator's reconcile pass runs at least this often
+SLOT_LEASE_S = 10.0  # a compute slot not renewed this long goes back to its pool
 
 
 @dataclass(frozen=True)
@@ -21,10 +28,15 @@ class Timeouts:
     drain_s: float  # at the end, the longest a client waits for its last acknowledgements
     probe_s: float  # the coordinator declares a member hung after this long without a ping
     journal_s: float  # a restarted coordinator's wait for each client's journal
+    resend_s: float  # a send to a peer being restarted is tried again after this long
+    stall_s: float  # a member that finishes no round this long is hung (the run, if all are)
+    reconcile_s: float  # the coordinator's reconcile loop sleeps this long between passes
+    slot_lease_s: float  # a slot not renewed this long goes back to its pool
 
     @classmethod
-    def from_hop(cls, hop_s: float) -> Timeouts:
+    def from_schedule(cls, schedule: ScheduleSection) -> Timeouts:
         """A lap restart covers a full circuit of hops (2x); giving up allows several (6x)."""
+        hop_s = schedule.hop_timeout_s
         return cls(
             hop_s=hop_s,
             gather_s=hop_s,
@@ -36,4 +48,8 @@ class Timeouts:
             drain_s=3 * hop_s,
             probe_s=hop_s,
             journal_s=hop_s,
+            resend_s=min(RESEND_CAP_S, hop_s / 4),
+            stall_s=schedule.stall_hops * hop_s,
+            reconcile_s=min(RECONCILE_CAP_S, schedule.heartbeat_s),
+            slot_lease_s=SLOT_LEASE_S,
         )

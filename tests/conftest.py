@@ -58,7 +58,7 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
 @pytest.fixture(scope="session")
 def empty_mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An empty SQLite tracking store, built once: MLflow's migrations take about a second."""
-    from ring_actors.tracking import create_sqlite_store
+    from ring_actors.coordinator.tracking import create_sqlite_store
 
     path = tmp_path_factory.mktemp("mlflow-store") / "mlflow.db"
     create_sqlite_store(f"sqlite:///{path}")

@@ -10,8 +10,8 @@ import pytest
 import ray
 import torch
 
-from ring_actors.experiment import launch, shutdown, wait_and_finalize
 from ring_actors.models import build_backbone
+from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 from tests.conftest import needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]

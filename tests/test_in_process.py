@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from ring_actors.algorithms import ALGORITHMS
-from ring_actors.client_core import ClientData
+from ring_actors.client.core import ClientData
 from ring_actors.config import config_from_dict
+from ring_actors.delivery.payloads import Channel
 from ring_actors.in_process import InProcessRing
-from ring_actors.protocol import Channel
 from tests.algorithms.synthetic import separable
 
 SHAPE = (1, 16, 16)

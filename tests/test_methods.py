@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from ring_actors.experiment import run_experiment
+from ring_actors.runtime.driver import run_experiment
 from tests.conftest import needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]

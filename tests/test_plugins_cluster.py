@@ -10,7 +10,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from ring_actors.experiment import run_experiment
+from ring_actors.runtime.driver import run_experiment
 from tests.conftest import needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]

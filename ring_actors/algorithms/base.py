@@ -10,8 +10,8 @@ import torch
 
 from ring_actors import optim
 from ring_actors.data.images import LabelledImages
-from ring_actors.plugin_paths import BACKBONE_PLUGIN
-from ring_actors.protocol import Payload
+from ring_actors.delivery.payloads import Payload
+from ring_actors.plugins.paths import BACKBONE_PLUGIN
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class AlgorithmOptions:
     """Hyperparameters every method shares; methods subclass this with their own keys."""
 
     lr: float = 1e-3
-    # A built-in name, or module:Class of one's own (its contract: ring_actors.plugin_paths).
+    # A built-in name, or module:Class of one's own (its contract: ring_actors.plugins.paths).
     backbone: Annotated[Literal["cnn", "resnet18"], BACKBONE_PLUGIN] = "cnn"
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = 0.9

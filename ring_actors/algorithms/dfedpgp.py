@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ring_actors.algorithms.head_body import HeadBodyAlgorithm, HeadBodyOptions
-from ring_actors.protocol import Payload
+from ring_actors.delivery.payloads import Payload
 
 
 @dataclass(frozen=True)

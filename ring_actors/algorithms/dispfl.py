@@ -35,7 +35,7 @@ from torch.nn import functional as F
 from ring_actors.algorithms.base import AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
 from ring_actors.data.images import LabelledImages
-from ring_actors.protocol import Payload
+from ring_actors.delivery.payloads import Payload
 
 MASK = "#mask"  # suffix of the key holding a layer's bit-packed mask
 BITS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)

@@ -21,9 +21,9 @@ from torch.nn import functional as F
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
 from ring_actors.data.images import LabelledImages
+from ring_actors.delivery.payloads import Payload
 from ring_actors.models import build_backbone
 from ring_actors.models.drdfl_nets import Adversary, Decoder, Learngene, PersonaNet
-from ring_actors.protocol import Payload
 
 LOSS_NAMES = (
     "loss_pr",

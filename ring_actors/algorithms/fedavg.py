@@ -7,7 +7,7 @@ import torch
 from ring_actors.algorithms.base import AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
 from ring_actors.data.images import LabelledImages
-from ring_actors.protocol import Payload
+from ring_actors.delivery.payloads import Payload
 
 WEIGHT = "#samples"
 

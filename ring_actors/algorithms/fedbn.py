@@ -17,7 +17,7 @@ from torch import nn
 
 from ring_actors.algorithms.base import AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.fedavg import FedAvg
-from ring_actors.plugin_paths import BACKBONE_PLUGIN
+from ring_actors.plugins.paths import BACKBONE_PLUGIN
 
 
 @dataclass(frozen=True)

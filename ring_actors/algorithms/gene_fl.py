@@ -37,8 +37,8 @@ from ring_actors.algorithms.gene_fl_ops import (
     top_layers,
 )
 from ring_actors.data.images import LabelledImages
+from ring_actors.delivery.payloads import Payload
 from ring_actors.models import build_backbone
-from ring_actors.protocol import Payload
 
 SIGNATURES, LEARNGENE = "signatures", "learngene"
 SIGNATURE_MAX_SAMPLES = 2000  # cost cap for the one-shot SVD: a seeded subsample beyond it

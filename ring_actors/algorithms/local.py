@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
-from ring_actors.protocol import Payload
+from ring_actors.delivery.payloads import Payload
 
 
 class Local(SupervisedAlgorithm):

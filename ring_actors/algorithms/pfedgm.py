@@ -36,10 +36,10 @@ from ring_actors.algorithms.pfedgm_heads import (
 )
 from ring_actors.algorithms.pfedgm_personal import PersonalHead, fit_sgd, refit_biases
 from ring_actors.data.images import LabelledImages
+from ring_actors.delivery.payloads import Payload
 from ring_actors.models import build_backbone
 from ring_actors.models.pfedgm_nets import FedPACCNN
-from ring_actors.plugin_paths import BACKBONE_PLUGIN
-from ring_actors.protocol import Payload
+from ring_actors.plugins.paths import BACKBONE_PLUGIN
 
 LAP = "phase1"
 WEIGHT = "weight"  # the lap key holding the sum of the contributors' training-set sizes

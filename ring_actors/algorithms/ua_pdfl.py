@@ -30,8 +30,8 @@ from torch.nn import functional as F
 from ring_actors.algorithms.base import AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
 from ring_actors.data.images import LabelledImages
+from ring_actors.delivery.payloads import Payload
 from ring_actors.models.split import FeatureClassifierNet
-from ring_actors.protocol import Payload
 
 FEATURE = "feature."
 CLASSIFIER = "classifier."

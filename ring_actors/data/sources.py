@@ -1,7 +1,7 @@
 """Load benchmark image datasets as uint8 arrays from local files, so runs work offline.
 
 A dataset of one's own is ``module:load``, a loader returning :class:`DatasetArrays` (its
-contract: ``ring_actors.plugin_paths``); what it returns is checked here.
+contract: ``ring_actors.plugins.paths``); what it returns is checked here.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import IO
 
 import numpy as np
 
-from ring_actors.plugin_paths import PluginError, is_plugin_path, resolve_dataset
+from ring_actors.plugins.paths import PluginError, is_plugin_path, resolve_dataset
 
 DATASETS = ("mnist", "fashion-mnist", "cifar10", "cifar100", "svhn")
 

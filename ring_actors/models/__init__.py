@@ -6,7 +6,7 @@ from torch import nn
 
 from ring_actors.models.resnet import ResNet18
 from ring_actors.models.small_cnn import SmallCNN
-from ring_actors.plugin_paths import build_plugin_backbone, is_plugin_path
+from ring_actors.plugins.paths import build_plugin_backbone, is_plugin_path
 
 BACKBONES = ("cnn", "resnet18")  # every method's choices (AlgorithmOptions.backbone)
 # Offered by the methods that need them: the small CNN with BatchNorm, for FedBN.

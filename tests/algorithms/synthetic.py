@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ring_actors.client.ring_lap import accumulate
 from ring_actors.data.images import LabelledImages
-from ring_actors.laps import accumulate
 
 
 def separable(n=128, classes=4, shape=(1, 28, 28), seed=0) -> LabelledImages:

@@ -12,7 +12,7 @@ from ring_actors.algorithms.dfedavg import DFedAvg
 from ring_actors.algorithms.fedavg import FedAvg
 from ring_actors.algorithms.local import Local
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
-from ring_actors.protocol import Payload, detach_to_cpu
+from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from tests.algorithms.synthetic import run_laps, separable
 
 CPU = torch.device("cpu")

@@ -9,7 +9,7 @@ import torch
 from ring_actors.algorithms import ALGORITHMS
 from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.dfedpgp import DFedPGP, DFedPGPOptions
-from ring_actors.protocol import Payload, detach_to_cpu
+from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import separable
 from tests.conftest import needs_data

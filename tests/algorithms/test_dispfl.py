@@ -20,7 +20,7 @@ from ring_actors.algorithms.dispfl import (
     random_mask,
     unpack_bits,
 )
-from ring_actors.protocol import Payload, detach_to_cpu
+from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import separable
 from tests.conftest import needs_data

@@ -20,7 +20,7 @@ from ring_actors.algorithms.drdfl import (
     kl_standard_normal,
     uniform_cross_entropy,
 )
-from ring_actors.protocol import Payload, detach_to_cpu
+from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from tests.algorithms.synthetic import separable
 
 CPU = torch.device("cpu")

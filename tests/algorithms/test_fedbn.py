@@ -11,9 +11,9 @@ from ring_actors.algorithms import ALGORITHMS
 from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.fedbn import FedBN, FedBNOptions, batch_norm_keys
 from ring_actors.config import ConfigError
+from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from ring_actors.models import build_backbone
 from ring_actors.models.small_cnn import SmallCNN
-from ring_actors.protocol import Payload, detach_to_cpu
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import run_laps, separable
 from tests.conftest import needs_data, small_config

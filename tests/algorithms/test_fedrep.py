@@ -10,7 +10,7 @@ from ring_actors.algorithms import ALGORITHMS
 from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.fedavg import WEIGHT
 from ring_actors.algorithms.fedrep import FedRep, FedRepOptions
-from ring_actors.protocol import Payload, detach_to_cpu
+from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import run_laps, separable
 from tests.conftest import needs_data

@@ -26,7 +26,7 @@ from ring_actors.algorithms.gene_fl_ops import (
     top_layers,
 )
 from ring_actors.data.images import LabelledImages
-from ring_actors.protocol import Channel, Payload
+from ring_actors.delivery.payloads import Channel, Payload
 from tests.algorithms.synthetic import run_laps, separable
 
 CPU = torch.device("cpu")

@@ -18,8 +18,8 @@ from ring_actors.algorithms.pfedgm_heads import (
     quadratic,
 )
 from ring_actors.algorithms.pfedgm_personal import PersonalHead, fit_sgd, refit_biases
+from ring_actors.delivery.payloads import Payload
 from ring_actors.models.pfedgm_nets import FedPACCNN
-from ring_actors.protocol import Payload
 from tests.algorithms.synthetic import run_laps, separable
 
 CPU = torch.device("cpu")

@@ -20,9 +20,9 @@ from ring_actors.algorithms.ua_pdfl import (
     symmetric_kl,
 )
 from ring_actors.data.images import LabelledImages
+from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from ring_actors.models import build_backbone
 from ring_actors.models.split import FeatureClassifierNet
-from ring_actors.protocol import Payload, detach_to_cpu
 from tests.algorithms.synthetic import separable
 
 CPU = torch.device("cpu")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ring_actors.tracking import write_outputs
+from ring_actors.coordinator.tracking import write_outputs
 
 
 def make_run(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
+from ring_actors.coordinator.tracking import Tracker
 from ring_actors.report.mlflow_io import REPORT_TAG, download_experiment, log_report
-from ring_actors.tracking import Tracker
 from tests.report.runfiles import make_run
 
 

@@ -1,0 +1,269 @@
+"""The ring lap: a token travels once around the live ring collecting contributions, and a
+second lap hands the total to everyone. Exact over whoever contributed, and it survives
+failures: unacknowledged hops are re-routed by the outbox, a lost token is restarted by the
+lap's leader, and a client that missed the result fetches it from the leader.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import torch
+
+from ring_actors.coordinator.membership import View
+from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.inbox import Inbox
+from ring_actors.delivery.payloads import LAP_CHANNELS, Channel, LapHeader, Payload
+from ring_actors.timeouts import Timeouts
+
+
+def accumulate(total: dict[str, torch.Tensor], contribution: dict[str, torch.Tensor]) -> None:
+    """Add ``contribution`` into ``total`` in place; a key not yet in ``total`` is inserted.
+
+    Summing is what makes the lap exact (weights count only what was added); inserting makes
+    the same token an all-gather when contributors use disjoint keys.
+    """
+    for key, value in contribution.items():
+        value = value.detach().to("cpu")
+        if key in total:
+            total[key] = total[key] + value
+        else:
+            total[key] = value.clone()
+
+
+def is_lap(payload: Payload) -> bool:
+    return payload.channel in LAP_CHANNELS
+
+
+def lap_leader(view: View, round_: int) -> int | None:
+    """The member that starts the round's laps: it rotates, and is always one that trains."""
+    active = view.active(round_)
+    return active[round_ % len(active)] if active else None
+
+
+@dataclass(frozen=True)
+class LapResult:
+    total: dict[str, torch.Tensor]
+    contributors: tuple[int, ...]
+
+
+class LapHost(Protocol):
+    """What a lap needs from its client."""
+
+    id: int
+    inbox: Inbox
+
+    @property
+    def current_view(self) -> View: ...
+
+    def send(self, target: int, payload: Payload) -> None: ...
+
+    def tick(self) -> None: ...
+
+    def event(self, kind: EventKind, round_: int, detail: str) -> None: ...
+
+    def fetch_lap_result(self, leader: int, name: str, round_: int) -> LapResult | None: ...
+
+
+class RingLaps:
+    """One client's side of every lap: add and forward, lead and restart, keep results."""
+
+    def __init__(self, host: LapHost, timeouts: Timeouts) -> None:
+        self.host = host
+        self.timeouts = timeouts
+        self.results: dict[tuple[str, int], LapResult] = {}
+        self.lock = threading.Lock()
+
+    def result(self, name: str, round_: int) -> LapResult | None:
+        with self.lock:
+            return self.results.get((name, round_))
+
+    # ---- actor thread: tokens this client need not wait for -----------------------------
+
+    def on_receive(self, token: Payload, runs_round: bool) -> bool:
+        """Handle a token at once when no training is needed for it; False queues it.
+
+        Results are stored and passed on; a token for a lap finished here is answered with
+        the result (a restarted lap then ends at once); a token for a round this client does
+        not train (a joiner's earlier rounds) is passed on untouched; a token of an attempt
+        started in an older membership epoch is dropped (that epoch's leader restarts it).
+        """
+        header, view = token.lap, self.host.current_view
+        assert header is not None  # validated on receipt
+        key = (header.name, token.round)
+        if token.channel == Channel.LAP_RESULT:
+            if not self._from_leader(header, view, token.round):
+                self.host.event(
+                    EventKind.LAP_RESULT_REFUSED, token.round, f"leader {header.leader}"
+                )
+                return True
+            with self.lock:
+                self.results.setdefault(key, LapResult(token.tensors, header.contributors))
+            self._forward(token, token.tensors, header.contributors)
+            return True
+        done = self.result(header.name, token.round)
+        if done is not None:
+            if header.leader != self.host.id:
+                self._start_result(header.name, token.round, done, leader=header.leader)
+            return True
+        if header.epoch < view.epoch:
+            self.host.event(EventKind.LAP_TOKEN_DROPPED, token.round, f"epoch {header.epoch}")
+            return True
+        if not runs_round:
+            self._forward(token, token.tensors, header.contributors)
+            return True
+        return False
+
+    @staticmethod
+    def _from_leader(header: LapHeader, view: View, round_: int) -> bool:
+        """A result is taken only from its round's leader (in its epoch's view, if ours)."""
+        if header.epoch == view.epoch:
+            return header.leader == lap_leader(view, round_)
+        return header.leader in view.members or header.epoch < view.epoch
+
+    # ---- training thread ----------------------------------------------------------------
+
+    def run(
+        self, name: str, round_: int, contribution: dict[str, torch.Tensor]
+    ) -> LapResult | None:
+        """Take part in lap ``name`` of ``round_``; None only if it could not finish."""
+        host, key = self.host, (name, round_)
+        started = time.monotonic()
+        deadline = started + self.timeouts.lap_give_up_s
+        mine: set[int] = set()  # attempts this client started as leader
+        attempt_at, attempt_epoch = 0.0, -1
+        last_progress = started
+        while True:
+            done = self.result(name, round_)
+            if done is not None:
+                return done
+            view, now = host.current_view, time.monotonic()
+            if lap_leader(view, round_) == host.id:
+                stale = attempt_epoch != view.epoch  # one attempt per membership epoch
+                if not mine or stale or now - attempt_at > self.timeouts.lap_retry_s:
+                    if view.successor(host.id) is None:  # alone: the total is ours
+                        return self._finish(name, round_, contribution, (host.id,))
+                    attempt = max(mine, default=-1) + 1
+                    if attempt > 0:
+                        host.event(
+                            EventKind.LAP_RESTARTED, round_, f"lap {name!r}, attempt {attempt}"
+                        )
+                    mine.add(attempt)
+                    attempt_at, attempt_epoch = now, view.epoch
+                    token: dict[str, torch.Tensor] = {}
+                    accumulate(token, contribution)
+                    header = LapHeader(
+                        name,
+                        leader=host.id,
+                        attempt=attempt,
+                        epoch=view.epoch,
+                        visited=(host.id,),
+                        contributors=(host.id,) if contribution else (),
+                    )
+                    self._send_on(Channel.LAP, round_, header, token)
+            for token in host.inbox.pop(lambda p: _token_of(p, name, round_)):
+                header = token.lap
+                if header.leader == host.id:
+                    if header.attempt in mine and header.epoch == view.epoch:
+                        return self._finish(name, round_, token.tensors, header.contributors)
+                    continue
+                dead_epoch = header.epoch < view.epoch
+                if dead_epoch or header.leader not in view.members or host.id in header.visited:
+                    continue  # a dead epoch's or a looping token: the live leader restarts
+                total = dict(token.tensors)
+                contrib = header.contributors
+                if contribution:
+                    accumulate(total, contribution)
+                    contrib = (*contrib, host.id)
+                self._forward(token, total, contrib)
+                last_progress = time.monotonic()
+            leader = lap_leader(view, round_)
+            waited = time.monotonic() - last_progress
+            if leader not in (None, host.id) and waited > self.timeouts.hop_s:
+                last_progress = time.monotonic()
+                fetched = host.fetch_lap_result(leader, name, round_)
+                if fetched is not None:
+                    host.event(EventKind.LAP_RESULT_FETCHED, round_, f"lap {name!r} from {leader}")
+                    with self.lock:
+                        self.results.setdefault(key, fetched)
+                    continue
+            if time.monotonic() > deadline:
+                host.event(
+                    EventKind.LAP_FAILED,
+                    round_,
+                    f"lap {name!r} gave up after {deadline - started:.0f}s",
+                )
+                return None
+            host.inbox.wait(
+                lambda: (
+                    self.result(name, round_) is not None
+                    or bool(host.inbox.peek(lambda p: _token_of(p, name, round_)))
+                ),
+                0.25,
+                host.tick,
+            )
+
+    def forget_before(self, round_: int) -> None:
+        """Drop results older than ``round_``: the ring never needs them again."""
+        with self.lock:
+            for key in [k for k in self.results if k[1] < round_]:
+                del self.results[key]
+
+    # ---- sending ------------------------------------------------------------------------
+
+    def _finish(
+        self, name: str, round_: int, total: dict, contributors: tuple[int, ...]
+    ) -> LapResult:
+        """The leader's token came back: keep the total and hand it round the ring."""
+        result = LapResult(dict(total), tuple(contributors))
+        with self.lock:
+            self.results.setdefault((name, round_), result)
+        self._start_result(name, round_, result, leader=self.host.id)
+        return result
+
+    def _start_result(self, name: str, round_: int, result: LapResult, leader: int) -> None:
+        epoch = self.host.current_view.epoch
+        header = LapHeader(
+            name, leader, 0, epoch, visited=(self.host.id,), contributors=result.contributors
+        )
+        self._send_on(Channel.LAP_RESULT, round_, header, result.total)
+
+    def _forward(self, token: Payload, total: dict, contributors: tuple[int, ...]) -> None:
+        """Pass a token on to the successor, recording this client as visited."""
+        header = replace(
+            token.lap, visited=(*token.lap.visited, self.host.id), contributors=contributors
+        )
+        self._send_on(token.channel, token.round, header, total)
+
+    def _send_on(self, channel: Channel, round_: int, header: LapHeader, total: dict) -> None:
+        """Send to the successor unless the lap closes there (a result that went round)."""
+        view = self.host.current_view
+        successor = view.successor(self.host.id)
+        closes = channel == Channel.LAP_RESULT and successor in header.visited
+        if successor is None or closes:
+            return
+        self.host.send(
+            successor,
+            Payload(
+                sender=self.host.id,
+                round=round_,
+                epoch=view.epoch,
+                seq=header.attempt,
+                tensors=total,
+                channel=channel,
+                lap=header,
+            ),
+        )
+
+
+def _token_of(payload: Payload, name: str, round_: int) -> bool:
+    """A collecting token of lap ``name`` in ``round_``."""
+    return (
+        payload.channel == Channel.LAP
+        and payload.lap is not None
+        and payload.lap.name == name
+        and payload.round == round_
+    )

@@ -1,0 +1,303 @@
+"""The config's sections: frozen dataclasses whose fields are the keys, each checked when built."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ring_actors.algorithms import AlgorithmOptions
+from ring_actors.config.checks import ConfigError, check, is_path_component
+from ring_actors.data.sources import DATASETS
+from ring_actors.plugins.methods import resolve_algorithm
+from ring_actors.plugins.paths import (
+    PluginError,
+    is_plugin_path,
+    resolve_dataset,
+)
+from topologies import TOPOLOGIES
+
+
+@dataclass(frozen=True)
+class ExperimentSection:
+    name: str = "quickstart"
+    seed: int = 0
+    rounds: int = 10
+
+    def __post_init__(self) -> None:
+        check(self.rounds >= 1, "experiment.rounds", "an integer >= 1")
+        check(0 <= self.seed < 2**32, "experiment.seed", "an integer in [0, 2**32)", self.seed)
+        check(
+            is_path_component(self.name),
+            "experiment.name",
+            "a name usable as one folder name (letters, digits, '.', '_', '-'; not '.' or '..')",
+            self.name,
+        )
+
+
+@dataclass(frozen=True)
+class PartitionSection:
+    kind: Literal["iid", "dirichlet", "shard"] = "shard"
+    beta: float = 0.5
+    classes_per_client: int = 2
+    min_size: int = 10
+    # Clients that join later draw from these classes: the same pool as the first clients,
+    # or the half of the classes the first clients never see (agnostic newcomers).
+    joiner_classes: Literal["all", "other_half"] = "all"
+
+    def __post_init__(self) -> None:
+        check(self.beta > 0, "data.partition.beta", "a number > 0")
+        check(self.classes_per_client >= 1, "data.partition.classes_per_client", "an int >= 1")
+        check(self.min_size >= 0, "data.partition.min_size", "an int >= 0")
+
+
+@dataclass(frozen=True)
+class DataSection:
+    dataset: str = "fashion-mnist"
+    root: str | None = None
+    download: bool = True
+    # Caps each client's training set: small, fast runs for tests and smoke checks.
+    max_train_per_client: int | None = None
+    partition: PartitionSection = field(default_factory=PartitionSection)
+
+    def __post_init__(self) -> None:
+        choices = f"one of {', '.join(DATASETS)}, or module:function of your own loader"
+        if is_plugin_path(self.dataset):
+            try:
+                resolve_dataset(self.dataset)
+            except PluginError as err:
+                raise ConfigError(f"data.dataset: {err}; must be {choices}") from err
+        else:
+            check(self.dataset in DATASETS, "data.dataset", choices, self.dataset)
+        cap = self.max_train_per_client
+        check(cap is None or cap >= 1, "data.max_train_per_client", "null or an int >= 1")
+
+
+@dataclass(frozen=True)
+class ClientsSection:
+    count: int = 8
+    num_cpus: float = 0.25
+    num_gpus: float = 0.0
+    local_epochs: int = 1
+    batch_size: int = 64
+    placement: Literal["spread", "pack"] = "spread"
+    # Ray restarts a crashed client this many times; it comes back from its last
+    # checkpoint and is spliced in again. 0: it stays out.
+    max_restarts: int = 0
+    # Every client saves its private state after each round, so a crashed client or a
+    # whole run whose driver died (``jobs.train --resume RUN_DIR``) continues from there.
+    checkpoint: bool = True
+    # Seconds to wait for every client actor to be placed and constructed; a cluster that
+    # cannot fit them fails the run with the demand and the capacity instead of waiting forever.
+    start_timeout_s: float = 300.0
+    # Clients in standby, each with a data partition, for joins a driver makes through
+    # ``Experiment.join`` (the fault plan's joins have their own).
+    reserve: int = 0
+    # Clients of one node that train or evaluate at once (the rest wait for a slot without
+    # using CPU): ``auto`` is the node's cores, or its GPUs x ``slots_per_gpu`` for GPU
+    # clients; an int sets it per node. Torch threads per client: the node's cores / slots.
+    concurrency: int | Literal["auto"] = "auto"
+    slots_per_gpu: int = 2
+    # How a newcomer (a joiner, or a restarted client without a checkpoint) starts: from its
+    # predecessor's hand-off through the method's ``init_from``, as the papers do, or
+    # ``fresh``, the ablation that shows what the hand-off is worth.
+    join_start: Literal["hand_off", "fresh"] = "hand_off"
+
+    def __post_init__(self) -> None:
+        check(
+            self.concurrency == "auto" or self.concurrency >= 1,
+            "clients.concurrency",
+            "'auto' or an int >= 1",
+            self.concurrency,
+        )
+        check(self.slots_per_gpu >= 1, "clients.slots_per_gpu", "an int >= 1", self.slots_per_gpu)
+        check(self.start_timeout_s > 0, "clients.start_timeout_s", "a number > 0")
+        check(self.reserve >= 0, "clients.reserve", "an int >= 0", self.reserve)
+        check(self.count >= 2, "clients.count", "an int >= 2 (a ring needs two clients)")
+        check(self.num_cpus > 0, "clients.num_cpus", "a number > 0 (fractions allowed)")
+        check(0 <= self.num_gpus <= 1, "clients.num_gpus", "a fraction in [0, 1]")
+        check(self.local_epochs >= 1, "clients.local_epochs", "an int >= 1")
+        check(self.batch_size >= 1, "clients.batch_size", "an int >= 1")
+        check(self.max_restarts >= 0, "clients.max_restarts", "an int >= 0", self.max_restarts)
+
+
+DEFAULT_METHOD = "drdfl"
+
+
+def _default_options() -> AlgorithmOptions:
+    """The default method's own defaults, found by name like any other method's."""
+    return resolve_algorithm(DEFAULT_METHOD).Options()
+
+
+@dataclass(frozen=True)
+class AlgorithmSection:
+    """``name`` picks the method; every other key is one of that method's options."""
+
+    name: str = DEFAULT_METHOD
+    options: AlgorithmOptions = field(default_factory=_default_options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **dataclasses.asdict(self.options)}
+
+
+@dataclass(frozen=True)
+class TopologySection:
+    """Who sends to whom among the live members; the coordinator owns the membership."""
+
+    kind: str = "ring"  # a name in ``topologies.TOPOLOGIES``
+    degree: int = 2  # dynamic: peers each client listens to per round
+    resample_every: int = 1  # dynamic: rounds between re-draws of the peer sets
+    edges: str | None = None  # graph: a file of "sender receiver" lines (client ids)
+
+    def __post_init__(self) -> None:
+        kinds = "one of " + ", ".join(TOPOLOGIES)
+        check(self.kind in TOPOLOGIES, "topology.kind", kinds, self.kind)
+        check(self.degree >= 1, "topology.degree", "an int >= 1", self.degree)
+        check(self.resample_every >= 1, "topology.resample_every", "an int >= 1")
+        if self.kind == "graph":
+            check(self.edges is not None, "topology.edges", "a path when kind is 'graph'")
+            from topologies.graph import read_edges
+
+            try:  # read here, so a missing or malformed file stops the run before it starts
+                read_edges(self.edges)
+            except (OSError, ValueError) as err:
+                raise ConfigError(f"topology.edges: {err}") from err
+
+
+@dataclass(frozen=True)
+class ScheduleSection:
+    mode: Literal["sync", "async"] = "sync"
+    hop_timeout_s: float = 30.0
+    max_staleness: int = 2
+    heartbeat_s: float = 1.0
+    # A client whose method raises (or goes non-finite): ``drop`` bypasses it as crashed and
+    # the ring heals; ``stop`` ends the run within seconds, writing what exists.
+    on_client_error: Literal["drop", "stop"] = "drop"
+    # The run is stopped, with a diagnosis, once no member has finished a round for this
+    # many hop timeouts.
+    stall_hops: float = 30.0
+    max_payload_bytes: int = 2**31  # a larger payload is refused before it is merged
+
+    def __post_init__(self) -> None:
+        check(self.hop_timeout_s > 0, "schedule.hop_timeout_s", "a number > 0")
+        check(self.max_staleness >= 0, "schedule.max_staleness", "an int >= 0")
+        check(self.heartbeat_s > 0, "schedule.heartbeat_s", "a number > 0")
+        check(self.stall_hops >= 2, "schedule.stall_hops", "a number >= 2", self.stall_hops)
+        check(self.max_payload_bytes > 0, "schedule.max_payload_bytes", "an int > 0")
+
+
+@dataclass(frozen=True)
+class EvalSection:
+    every: int = 1
+    # Global-T on a fixed seeded subset of the union of test splits (null: the whole union):
+    # every client evaluates the global set, so on small machines it dominates a round.
+    global_max_samples: int | None = None
+
+    def __post_init__(self) -> None:
+        check(self.every >= 1, "eval.every", "an int >= 1", self.every)
+        cap = self.global_max_samples
+        check(cap is None or cap >= 1, "eval.global_max_samples", "null or an int >= 1", cap)
+
+
+@dataclass(frozen=True)
+class TrackingSection:
+    uri: str | None = None
+    experiment: str | None = None
+    # The clients' checkpoints hold their private models, which the methods promise never
+    # leave a client: they are uploaded to MLflow only when this says so.
+    upload_checkpoints: bool = False
+    # An MLflow run this run is nested under (a sweep's parent run).
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RaySection:
+    address: str | None = None
+    dashboard: bool = False  # Ray's dashboard on a local Ray (a cluster has its own setting)
+    # Local folders or .py files shipped to every worker (your own methods, models, data);
+    # a Ray Job's --working-dir reaches them as well.
+    py_modules: tuple[str, ...] = ()
+
+
+CLIENT_FAULT_ACTIONS = ("crash", "hang", "slow", "error", "kill_node")  # each names client ids
+FAULT_ACTIONS = (*CLIENT_FAULT_ACTIONS, "join", "kill_coordinator")
+
+
+@dataclass(frozen=True)
+class FaultSection:
+    """One fault-plan entry, applied once the ring reaches ``at_round``.
+
+    ``crash``: these clients' processes exit at the start of that round. ``hang``: they freeze
+    (the whole process, heartbeats included) for ``for_s`` seconds. ``slow``: they sleep
+    ``delay_s`` every round from then on. ``error``: their method raises in that round, as a
+    bug would, and ``schedule.on_client_error`` decides what follows. ``join``: that many new
+    clients (with data partitions of their own) are spliced into the running ring before it
+    begins that round, which is the first they train. ``kill_node``: every client
+    on the node that hosts each listed client dies at once. ``kill_coordinator``: the
+    coordinator is killed; Ray restarts it and it recovers from its checkpoint.
+    """
+
+    at_round: int
+    crash: tuple[int, ...] = ()
+    hang: tuple[int, ...] = ()
+    for_s: float = 0.0
+    slow: tuple[int, ...] = ()
+    delay_s: float = 0.0
+    error: tuple[int, ...] = ()
+    join: int = 0
+    kill_node: tuple[int, ...] = ()
+    kill_coordinator: bool = False
+
+    def __post_init__(self) -> None:
+        check(self.at_round >= 0, "faults[].at_round", "an int >= 0", self.at_round)
+        actions = [name for name in FAULT_ACTIONS if getattr(self, name)]
+        allowed = "an entry with exactly one of: " + ", ".join(FAULT_ACTIONS)
+        check(len(actions) == 1, "faults[]", allowed, actions)
+        if self.slow:
+            check(self.delay_s > 0, "faults[].delay_s", "a number > 0", self.delay_s)
+        if self.hang:
+            check(self.for_s > 0, "faults[].for_s", "a number > 0", self.for_s)
+        check(self.for_s >= 0, "faults[].for_s", "a number >= 0", self.for_s)
+        check(self.delay_s >= 0, "faults[].delay_s", "a number >= 0", self.delay_s)
+        check(self.join >= 0, "faults[].join", "an int >= 0 (clients joining)", self.join)
+
+
+@dataclass(frozen=True)
+class Config:
+    experiment: ExperimentSection = field(default_factory=ExperimentSection)
+    data: DataSection = field(default_factory=DataSection)
+    clients: ClientsSection = field(default_factory=ClientsSection)
+    algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
+    topology: TopologySection = field(default_factory=TopologySection)
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    tracking: TrackingSection = field(default_factory=TrackingSection)
+    ray: RaySection = field(default_factory=RaySection)
+    faults: tuple[FaultSection, ...] = ()
+
+    def __post_init__(self) -> None:
+        for entry in self.faults:
+            for action in CLIENT_FAULT_ACTIONS:
+                bad = [c for c in getattr(entry, action) if not 0 <= c < self.total_clients]
+                ids = f"client ids in [0, {self.total_clients})"
+                check(not bad, f"faults[].{action}", ids, bad)
+
+    @property
+    def total_clients(self) -> int:
+        """Clients at the start plus every client the fault plan or a driver lets join."""
+        return self.clients.count + self.clients.reserve + sum(e.join for e in self.faults)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict, as written to ``config.yaml`` and logged as MLflow params."""
+        out = dataclasses.asdict(self)
+        out["algorithm"] = self.algorithm.to_dict()
+        return plain(out)
+
+
+def plain(value: Any) -> Any:
+    """Tuples as lists, all the way down: what YAML and MLflow params read back alike."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value

@@ -1,0 +1,1 @@
+"""The coordinator, with no Ray in it: membership, health, results, the run summary, tracking."""

@@ -1,0 +1,49 @@
+"""Every kind of event a run records, defined once.
+
+Clients report events to the coordinator and the coordinator records its own; both name them
+here, the run summary counts them by these names, and ``events.parquet`` holds their values.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class EventKind(str, enum.Enum):
+    """An event's kind; its value is what ``events.parquet`` and MLflow hold."""
+
+    # membership
+    JOIN = "join"
+    REJOIN = "rejoin"
+    CRASH = "crash"
+    HANG = "hang"
+    ERROR = "error"
+    CLIENT_ERROR = "client_error"
+    UNREACHABLE = "unreachable"
+    BYPASS = "bypass"
+    HEALED = "healed"
+    # the run
+    RUN_RESUMED = "run_resumed"
+    RUN_STOPPED = "run_stopped"
+    COORDINATOR_RESTORED = "coordinator_restored"
+    # joining
+    JOIN_FRESH = "join_fresh"
+    JOIN_WITHOUT_HAND_OFF = "join_without_hand_off"
+    JOIN_INITIALISED = "join_initialised"
+    # delivery
+    PAYLOAD_REJECTED = "payload_rejected"
+    STALE_PAYLOAD_DROPPED = "stale_payload_dropped"
+    DELIVERY_FAILED = "delivery_failed"
+    PAYLOADS_LOST = "payloads_lost"
+    WAIT_TIMEOUT = "wait_timeout"
+    PULL_FAILED = "pull_failed"
+    NON_FINITE_CONTRIBUTION = "non_finite_contribution"
+    # laps
+    LAP_RESTARTED = "lap_restarted"
+    LAP_RESULT_FETCHED = "lap_result_fetched"
+    LAP_RESULT_REFUSED = "lap_result_refused"
+    LAP_TOKEN_DROPPED = "lap_token_dropped"
+    LAP_FAILED = "lap_failed"
+
+    def __str__(self) -> str:
+        return self.value

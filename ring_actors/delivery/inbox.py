@@ -1,0 +1,98 @@
+"""A client's thread-safe inbox: early arrivals wait, duplicates are dropped."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from ring_actors.delivery.payloads import Payload
+
+
+class Inbox:
+    """Payloads waiting to be merged, with the newest round seen from each sender.
+
+    ``receive`` runs on a Ray concurrency thread and training on another, so every access
+    holds one condition variable; waiting is a timed wait on it, never a busy loop.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: list[Payload] = []
+        self._seen: set[tuple[int, int, int, str, str]] = set()
+        self._newest: dict[tuple[str, int], int] = {}
+
+    def put(self, payload: Payload) -> bool:
+        """Enqueue; False for a duplicate delivery (a re-send that already arrived)."""
+        with self._cond:
+            if payload.key in self._seen:
+                return False
+            self._seen.add(payload.key)
+            self._items.append(payload)
+            key = (payload.channel, payload.sender)
+            self._newest[key] = max(self._newest.get(key, -1), payload.round)
+            self._cond.notify_all()
+            return True
+
+    def take(self, channel: str, max_round: int | None = None) -> list[Payload]:
+        """Remove payloads of ``channel`` up to ``max_round``; keep only the newest per sender."""
+        with self._cond:
+            chosen = [
+                p
+                for p in self._items
+                if p.channel == channel and (max_round is None or p.round <= max_round)
+            ]
+            taken = {id(p) for p in chosen}
+            self._items = [p for p in self._items if id(p) not in taken]
+        newest: dict[int, Payload] = {}
+        for p in chosen:
+            if p.sender not in newest or p.round > newest[p.sender].round:
+                newest[p.sender] = p
+        return sorted(newest.values(), key=lambda p: p.sender)
+
+    def newest(self, channel: str, sender: int) -> int:
+        """The highest round ever received on ``channel`` from ``sender`` (-1: none yet)."""
+        with self._cond:
+            return self._newest.get((channel, sender), -1)
+
+    def pop(self, match: Callable[[Payload], bool]) -> list[Payload]:
+        """Remove and return every payload ``match`` accepts, in arrival order."""
+        with self._cond:
+            chosen = [p for p in self._items if match(p)]
+            self._items = [p for p in self._items if not match(p)]
+        return chosen
+
+    def arrived(self, channel: str, sender: int, round_: int) -> bool:
+        """True once a payload of ``round_`` from ``sender`` came in on ``channel`` (even if
+        a later round came first, or it was taken since)."""
+        with self._cond:
+            return any(k[0] == sender and k[1] == round_ and k[3] == channel for k in self._seen)
+
+    def peek(self, match: Callable[[Payload], bool]) -> list[Payload]:
+        """Every waiting payload ``match`` accepts, left in place."""
+        with self._cond:
+            return [p for p in self._items if match(p)]
+
+    def wait(self, ready: Callable[[], bool], timeout: float, tick: Callable[[], None]) -> bool:
+        """Block until ``ready()`` or ``timeout`` seconds; ``tick`` runs between short waits."""
+        deadline = time.monotonic() + timeout
+        while True:
+            tick()
+            with self._cond:
+                if ready():
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(0.05, remaining))
+
+    def forget_before(self, round_: int) -> None:
+        """Drop what is older than ``round_``, so a long run's memory stays flat; a late
+        duplicate of such a round is then superseded by newer payloads at ``take``."""
+        with self._cond:
+            self._seen = {k for k in self._seen if k[1] >= round_}
+            self._items = [p for p in self._items if p.round >= round_]
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._items)

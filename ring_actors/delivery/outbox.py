@@ -1,0 +1,168 @@
+"""Acknowledged, fire-and-forget sends: a payload is kept until its receiver takes it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.transport import ClientHandle, PeerGone, PeerUnavailable, Pending
+from ring_actors.timeouts import Timeouts
+
+log = logging.getLogger(__name__)
+
+
+class _Unsent:
+    """The answer of a send that could not go out yet."""
+
+    def done(self) -> bool:
+        return False
+
+    def result(self, timeout: float | None = None) -> bool:
+        raise TimeoutError("not sent")
+
+
+_NEVER = _Unsent()
+
+
+@dataclass(eq=False)
+class InFlight:
+    target: int
+    payload: Payload
+    answer: Pending[bool]
+    sent_at: float
+    reported: bool = False
+    gone_at: float | None = None  # when the target was found dead (it may be restarted)
+
+
+class Outbox:
+    """Every send of every exchange goes through here, so all are acknowledged alike.
+
+    A send whose target is gone or stays unanswered past the hop timeout is reported once
+    (the coordinator then probes the target and bypasses it if it is gone); until a new
+    view re-routes it, the payload stays here, so a failure never loses it. A send to a
+    dead target is tried again now and then: a restarted member gets it once it is back.
+    A receiver that raised on a payload is told apart from a dead one: the payload is
+    dropped and reported, and the delivery thread goes on.
+    """
+
+    def __init__(
+        self,
+        timeouts: Timeouts,
+        report_unreachable: Callable[[int], None],
+        report_failure: Callable[[int, str], None],
+    ) -> None:
+        self.hop_timeout_s = timeouts.hop_s
+        self.retry_s = timeouts.resend_s
+        self.report_unreachable = report_unreachable
+        self.report_failure = report_failure
+        self.lock = threading.Lock()
+        self.handles: dict[int, ClientHandle] = {}
+        self.in_flight: list[InFlight] = []
+        self.hops = 0  # acknowledged deliveries
+        self.bytes_acked = 0
+        self.bytes_dispatched = 0  # every byte put on the wire, re-sends included
+
+    def set_handles(self, handles: Mapping[int, ClientHandle]) -> None:
+        with self.lock:
+            self.handles.update(handles)
+
+    def send(self, target: int, payload: Payload) -> None:
+        """Send now; to a target without a handle yet, as soon as a view brings one."""
+        now = time.monotonic()
+        with self.lock:
+            handle = self.handles.get(target)
+            if handle is None:
+                self.in_flight.append(InFlight(target, payload, _NEVER, now, gone_at=now))
+                return
+            self.in_flight.append(InFlight(target, payload, handle.receive(payload), now))
+            self.bytes_dispatched += payload.nbytes
+
+    def count_served(self, payload: Payload) -> None:
+        """A payload returned to a puller: delivered and paid for, like a send."""
+        with self.lock:
+            self.hops += 1
+            self.bytes_acked += payload.nbytes
+            self.bytes_dispatched += payload.nbytes
+
+    def reroute(self, members: set[int]) -> list[InFlight]:
+        """Remove and return the sends a new view must route again: those to a target that
+        is no longer a member, and those that failed (a member that was restarted gets
+        them again; a duplicate of one that did arrive is dropped by its inbox)."""
+        with self.lock:
+            again = [f for f in self.in_flight if f.target not in members or f.reported]
+            self.in_flight = [f for f in self.in_flight if f not in again]
+        return again
+
+    def poll(self) -> None:
+        """Settle acknowledged sends; report dead or silent targets."""
+        with self.lock:
+            flights = list(self.in_flight)
+        now = time.monotonic()
+        for flight in flights:
+            if flight.gone_at is not None:
+                if now - flight.sent_at > self.hop_timeout_s:
+                    self._suspect(flight)
+                if now - flight.gone_at > self.retry_s:
+                    self._resend(flight, now)
+                continue
+            if not flight.answer.done():
+                if now - flight.sent_at > self.hop_timeout_s:
+                    self._suspect(flight)
+                continue
+            try:
+                accepted = flight.answer.result(0)
+            except PeerGone:
+                flight.gone_at = now
+                self._suspect(flight)
+                continue
+            except PeerUnavailable:  # being restarted: try again soon, within the hop timeout
+                flight.gone_at = now
+                continue
+            except Exception as err:  # noqa: BLE001 - the receiver raised: drop, report
+                log.warning("client %d failed on a payload: %r", flight.target, err)
+                self.report_failure(flight.target, repr(err))
+                accepted = False
+            with self.lock:
+                if flight in self.in_flight:
+                    self.in_flight.remove(flight)
+                if accepted:
+                    self.hops += 1
+                    self.bytes_acked += flight.payload.nbytes
+
+    def _resend(self, flight: InFlight, now: float) -> None:
+        with self.lock:
+            if flight not in self.in_flight or flight.target not in self.handles:
+                return
+            flight.answer = self.handles[flight.target].receive(flight.payload)
+            flight.gone_at = None  # sent_at stays: the hop timeout counts from the first try
+            self.bytes_dispatched += flight.payload.nbytes
+
+    def _suspect(self, flight: InFlight) -> None:
+        if not flight.reported:
+            flight.reported = True
+            self.report_unreachable(flight.target)
+
+    def drain(self, timeout_s: float) -> int:
+        """Wait for the last acknowledgements; the payloads never acknowledged count as lost."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.poll()
+            with self.lock:
+                if not self.in_flight:
+                    return 0
+            time.sleep(0.02)
+        with self.lock:
+            return len({id(f.payload) for f in self.in_flight})
+
+    def unacknowledged(self) -> list[str]:
+        """What is still in flight, one line each, for the event that reports a loss."""
+        with self.lock:
+            return [
+                f"{f.payload.channel.value} round {f.payload.round} to {f.target}"
+                f"{' (target gone)' if f.gone_at is not None else ''}"
+                for f in self.in_flight
+            ]

@@ -1,0 +1,57 @@
+"""Acknowledged means durable: a checkpointing client's unmerged pushes, kept on disk.
+
+A sender forgets a push once its receiver acknowledges it, so a receiver that crashes after
+acknowledging a push but before checkpointing the round that merged it would resume from
+its older checkpoint needing a push nobody holds any more: the ring then waits out a
+timeout and the run silently diverges from one never interrupted. A checkpointing client
+therefore writes each push here before acknowledging it and drops it only once a checkpoint
+no longer needs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from ring_actors.client.checkpoint import load_client_state
+from ring_actors.delivery.payloads import Channel, Payload
+
+PayloadKey = tuple[int, int, int, str, str]
+
+
+class Spool:
+    """One file per payload in ``directory``, written atomically."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def keep(self, payload: Payload) -> None:
+        """Write ``payload``; a reader later sees all of it or none of it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self._path(payload.key)
+        tmp = path.with_suffix(".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+
+    def retain(self, keys: Iterable[PayloadKey]) -> None:
+        """Delete every kept payload but those with ``keys``: the rest are merged and
+        covered by a checkpoint."""
+        wanted = {self._path(k).name for k in keys}
+        if self.directory.exists():
+            for path in self.directory.glob("*.pt"):
+                if path.name not in wanted:
+                    path.unlink(missing_ok=True)
+
+    def load(self, device: torch.device) -> list[Payload]:
+        """Every kept payload, oldest round first."""
+        if not self.directory.exists():
+            return []
+        payloads = [load_client_state(p, device) for p in self.directory.glob("*.pt")]
+        return sorted(payloads, key=lambda p: (p.round, p.sender, p.seq))
+
+    def _path(self, key: PayloadKey) -> Path:
+        sender, round_, seq, channel, lap = key
+        return self.directory / f"{Channel(channel).value}-{lap}-{sender}-{round_}-{seq}.pt"

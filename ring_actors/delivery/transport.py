@@ -1,0 +1,107 @@
+"""What the runtime's cores need from the world, as interfaces: calls to peers and to the
+coordinator that return at once with a pending answer. Ray implements them with actor calls
+(``ray_transport``), tests and benchmarks in memory with threads (``in_process``), so the
+round loop and the coordinator's control logic never touch Ray themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from ring_actors.coordinator.membership import View
+from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.payloads import Payload
+
+T = TypeVar("T", covariant=True)
+
+
+class PeerGone(RuntimeError):
+    """The callee is dead: its process exited or its node is gone."""
+
+
+class PeerUnavailable(RuntimeError):
+    """The callee cannot answer for now (it is being restarted); the call may be retried."""
+
+
+class Pending(Protocol, Generic[T]):
+    """The answer of a call in flight."""
+
+    def done(self) -> bool:
+        """True once ``result`` returns (or raises) without waiting."""
+
+    def result(self, timeout: float | None = None) -> T:
+        """The answer; raises :class:`PeerGone` if the callee died, ``TimeoutError`` if
+        ``timeout`` passed first."""
+
+
+class ClientHandle(Protocol):
+    """A client as its peers and the coordinator call it; every call returns at once."""
+
+    def receive(self, payload: Payload) -> Pending[bool]: ...
+
+    def serve(self, round_: int, keys: tuple[str, ...]) -> Pending[Payload | None]: ...
+
+    def lap_result(self, name: str, round_: int) -> Pending[Any]: ...
+
+    def ping(self) -> Pending[int]: ...
+
+    def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None: ...
+
+    def start(self, first_round: int = 0, joining: bool = False) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def hand_off(self, joiner: int, handle: ClientHandle) -> None: ...
+
+    def journal(self) -> Pending[list[dict]]: ...
+
+
+@dataclass(frozen=True)
+class Readmission:
+    """The coordinator's answer to a restarted client: where it stands in the ring now.
+
+    The client starts itself from this answer. A call the coordinator made to it instead
+    could reach the dead process's address while Ray is still restarting it, and be lost.
+    """
+
+    first_round: int
+    joining: bool  # no checkpoint: wait for the predecessor's hand-off first
+    view: View
+    handles: Mapping[int, ClientHandle]
+
+
+class ControlLink(Protocol):
+    """A client's reports to the coordinator: one-way (fire and forget), but for a
+    restarted client's ``rejoin``, which waits for its :class:`Readmission`."""
+
+    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None: ...
+
+    def report_event(
+        self, kind: EventKind, client_id: int, round_: int, detail: str = ""
+    ) -> None: ...
+
+    def report_unreachable(self, reporter: int, target: int, epoch: int) -> None: ...
+
+    def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None: ...
+
+    def report_failed(self, client_id: int, round_: int, error: str) -> None: ...
+
+    def rejoin(
+        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
+    ) -> Readmission | None:
+        """Splice this restarted client in again; None when no live member is left."""
+
+
+def wait_all(calls: Mapping[int, Pending[Any]], timeout: float) -> dict[int, Any]:
+    """Each call's answer, or the exception it ended with, within ``timeout`` in total."""
+    deadline = time.monotonic() + timeout
+    answers: dict[int, Any] = {}
+    for key, call in calls.items():
+        try:
+            answers[key] = call.result(max(0.0, deadline - time.monotonic()))
+        except Exception as err:  # noqa: BLE001 - the caller decides per key
+            answers[key] = err
+    return answers

@@ -1,0 +1,70 @@
+"""Every file a run writes, named once.
+
+The driver, the coordinator, the clients, the report, the sweep and the command line all find
+a run's files through :class:`RunFolder`, so renaming one is a change in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that this version cannot read."""
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's output folder and the names of what it holds."""
+
+    path: Path
+
+    CONFIG = "config.yaml"  # the resolved config
+    SUMMARY = "summary.json"  # accuracies, traffic, faults, recovery, the MLflow run
+    METRICS = "metrics.parquet"  # one row per client per evaluated round
+    EVENTS = "events.parquet"  # membership events
+    COORDINATOR = "coordinator.json"  # what a restarted coordinator resumes from
+    UNSENT = "unsent_metrics.jsonl"  # metrics MLflow never took, one per line
+    CLIENTS = "clients"  # the clients' private checkpoints
+
+    PRIVATE = (CLIENTS, COORDINATOR)  # what only this run's processes read back
+    PUBLISHED = (SUMMARY, CONFIG, METRICS, EVENTS)  # what a report or MLflow copies
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def config(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def summary(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def events(self) -> Path:
+        return self.path / self.EVENTS
+
+    @property
+    def coordinator_record(self) -> Path:
+        return self.path / self.COORDINATOR
+
+    @property
+    def unsent_metrics(self) -> Path:
+        return self.path / self.UNSENT
+
+    @property
+    def clients(self) -> Path:
+        return self.path / self.CLIENTS
+
+    def client_checkpoint(self, client_id: int) -> Path:
+        return self.clients / f"client-{client_id}.pt"
+
+    def holds_run(self) -> bool:
+        """Whether a run was started here (its coordinator wrote a record)."""
+        return self.coordinator_record.exists()

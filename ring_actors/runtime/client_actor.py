@@ -1,0 +1,126 @@
+"""ClientActor: the Ray shell of one client. It places the client (device, threads, slots),
+builds its core, and forwards every call to it; the round loop lives in ``client_core``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import ray
+import torch
+
+from ring_actors.client.core import ClientCore
+from ring_actors.client.faults import ProcessFaults
+from ring_actors.client.ring_lap import LapResult
+from ring_actors.config import Config
+from ring_actors.coordinator.membership import View
+from ring_actors.data.partition import ClientSplit
+from ring_actors.data.sources import DatasetArrays
+from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.transport import ClientHandle
+from ring_actors.method_factory import build_algorithm, client_data
+from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink
+from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
+from ring_actors.runtime.slots import Slots, node_resources, pool_name
+
+
+def pick_device(num_gpus: float) -> torch.device:
+    """The GPU Ray assigned to this actor, capped to its fraction; the CPU otherwise."""
+    if num_gpus > 0 and ray.get_gpu_ids() and torch.cuda.is_available():
+        device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to our GPU
+        torch.cuda.set_per_process_memory_fraction(min(1.0, num_gpus), device)
+        return device
+    return torch.device("cpu")
+
+
+class ClientActor:
+    """One client as a threaded Ray actor: calls answer on Ray's threads, training runs on
+    the core's own thread. A client Ray restarts after a crash resumes from its checkpoint
+    and asks the coordinator to splice it in again."""
+
+    def __init__(
+        self,
+        client_id: int,
+        config: Config,
+        dataset: DatasetArrays,
+        split: ClientSplit,
+        global_test: tuple[np.ndarray, np.ndarray],
+        coordinator: ray.actor.ActorHandle,
+        state_dir: str,
+        run_key: str,
+        resume: bool = False,
+    ) -> None:
+        context = ray.get_runtime_context()
+        clients = config.clients
+        node = node_resources(context.get_node_id())
+        limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
+        torch.set_num_threads(threads_per_slot(limit, node))  # only slot holders compute
+        device = pick_device(clients.num_gpus)
+        control = RayControlLink(coordinator)
+        saves = clients.checkpoint or clients.max_restarts > 0
+        checkpoint = Path(state_dir) / f"client-{client_id}.pt" if saves else None
+        self.core = ClientCore(
+            client_id,
+            config,
+            build_algorithm(config, client_id, dataset.num_classes, dataset.input_shape, device),
+            client_data(dataset, split, global_test, device),
+            control,
+            slots=Slots(pool_name(run_key, context.get_node_id()), client_id),
+            faults=ProcessFaults(),
+            checkpoint_path=checkpoint,
+        )
+        if resume:
+            self.core.load_checkpoint()
+        elif context.was_current_actor_reconstructed:
+            restored = self.core.load_checkpoint()
+            me = RayClientHandle(context.current_actor)
+            back = control.rejoin(client_id, me, context.get_node_id(), restored)
+            if back is not None:  # started from the answer: no call to this process is lost
+                self.core.set_view(back.view, back.handles)
+                self.core.start(back.first_round, back.joining)
+
+    def describe(self) -> dict:
+        """Placement facts, returned once the actor is constructed."""
+        core = self.core
+        return {
+            "client": core.id,
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "device": str(core.device),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "torch_threads": torch.get_num_threads(),
+            "num_train": len(core.data.train),
+            "num_local_test": len(core.data.local_test),
+        }
+
+    def receive(self, payload: Payload) -> bool:
+        return self.core.receive(payload)
+
+    def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
+        return self.core.serve(round_, keys)
+
+    def lap_result(self, name: str, round_: int) -> LapResult | None:
+        return self.core.lap_result(name, round_)
+
+    def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
+        self.core.set_view(view, handles)
+
+    def start(self, first_round: int = 0, joining: bool = False) -> None:
+        self.core.start(first_round, joining)
+
+    def resume(self) -> None:
+        self.core.resume()
+
+    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
+        self.core.hand_off(joiner, handle)
+
+    def ping(self) -> int:
+        return self.core.ping()
+
+    def journal(self) -> list[dict]:
+        return self.core.journal()
+
+    def stats(self) -> dict:
+        return self.core.stats()

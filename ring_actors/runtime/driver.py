@@ -1,0 +1,401 @@
+"""Driver side: connect to Ray, place the coordinator and the clients, run, collect the summary."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import ray
+import yaml
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from tqdm import tqdm
+
+from ring_actors.client.faults import driver_faults_due
+from ring_actors.config import Config, FaultSection, check_backbone_for
+from ring_actors.coordinator.tracking import resolve_tracking_uri
+from ring_actors.data.client_splits import global_test_set, split_for
+from ring_actors.data.partition import ClientSplit
+from ring_actors.data.sources import load_dataset
+from ring_actors.runtime.actor_names import actor_name
+from ring_actors.runtime.client_actor import ClientActor
+from ring_actors.runtime.coordinator_actor import CHECKPOINT, Coordinator
+from ring_actors.runtime.ray_transport import CALLEE_DIED
+from ring_actors.runtime.slot_math import slot_limit
+from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
+from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
+
+log = logging.getLogger(__name__)
+
+CLIENT = ray.remote(ClientActor)
+SLOT_POOL = ray.remote(SlotPool)
+
+
+@dataclass
+class Experiment:
+    """A running experiment: its actors, and what it needs to add clients later.
+
+    The driver API for tests and notebooks: ``join(k)`` splices ``k`` standby clients into
+    the running ring, each with a data partition of its own.
+    """
+
+    config: Config
+    output_dir: Path
+    coordinator: ray.actor.ActorHandle
+    clients: dict[int, ray.actor.ActorHandle]
+    placement: dict[int, dict[str, Any]]
+    client_options: dict[str, Any]  # Ray actor options of every client
+    data_ref: ray.ObjectRef
+    splits: list[ClientSplit]
+    global_test_ref: ray.ObjectRef  # the Global-T images and labels, shared by every client
+    run_key: str
+    resume: bool = False
+    admitted: set[int] = field(default_factory=set)
+    slot_pools: dict[str, ray.actor.ActorHandle] = field(default_factory=dict)
+
+    def create_clients(self, ids: list[int]) -> None:
+        """Start client actors for ``ids`` and record where they landed."""
+        state_dir = str(self.output_dir / "clients")
+        handles = {
+            i: CLIENT.options(
+                **self.client_options, name=actor_name(self.run_key, f"client-{i}")
+            ).remote(
+                i,
+                self.config,
+                self.data_ref,
+                self.splits[i],
+                self.global_test_ref,
+                self.coordinator,
+                state_dir,
+                self.run_key,
+                self.resume,
+            )
+            for i in ids
+        }
+        self.clients.update(handles)
+        refs = [h.describe.remote() for h in handles.values()]
+        ready, _ = ray.wait(
+            refs, num_returns=len(refs), timeout=self.config.clients.start_timeout_s
+        )
+        if len(ready) < len(refs):
+            raise PlacementError(_placement_message(self.config, len(refs) - len(ready)))
+        facts = ray.get(refs)
+        self.placement.update(zip(handles, facts, strict=True))
+        self.start_slot_pools()
+
+    def start_slot_pools(self) -> None:
+        """One compute-slot pool on every node that hosts clients (once per node)."""
+        clients = self.config.clients
+        for node_id in sorted({facts["node_id"] for facts in self.placement.values()}):
+            if node_id in self.slot_pools:
+                continue
+            node = node_resources(node_id)
+            limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
+            self.slot_pools[node_id] = SLOT_POOL.options(
+                name=pool_name(self.run_key, node_id),
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                runtime_env=actor_runtime_env(),
+            ).remote(limit)
+        # Not awaited: a client finds its pool by name and its first request waits for it.
+
+    def join(self, count: int, first_round: int | None = None) -> list[int]:
+        """Add ``count`` clients to the running ring; returns their ids.
+
+        They come from the standby pool started at launch (the fault plan's joiners and
+        ``clients.reserve``), so a join costs no process start. They first train
+        ``first_round`` or, if the ring may have begun it, the earliest round it cannot have.
+        """
+        ids = [i for i in self.placement if i not in self.admitted][:count]
+        if len(ids) < count:
+            raise ValueError(
+                f"join({count}): only {len(ids)} clients in standby; raise clients.reserve "
+                "(or declare the joins in the config's faults) so each has a data partition"
+            )
+        for i in ids:
+            self.admitted.add(i)
+            node = self.placement[i]["node_id"]
+            ray.get(self.coordinator.admit.remote(i, self.clients[i], node, first_round))
+        return ids
+
+
+class PlacementError(RuntimeError):
+    """The cluster cannot host every client the config asks for."""
+
+
+def _demand(config: Config) -> dict[str, float]:
+    """What every client together asks of the cluster; joiners announced by the fault plan
+    start at launch too."""
+    total = config.total_clients
+    return {"CPU": total * config.clients.num_cpus, "GPU": total * config.clients.num_gpus}
+
+
+def _placement_message(config: Config, pending: int) -> str:
+    clients, total, demand = config.clients, config.total_clients, _demand(config)
+    capacity = ray.cluster_resources()
+    return (
+        f"{pending} of {total} client actors could not be placed within "
+        f"clients.start_timeout_s={clients.start_timeout_s:g}: they need "
+        f"{total} x clients.num_cpus={clients.num_cpus:g} = {demand['CPU']:g} CPUs "
+        f"and {total} x clients.num_gpus={clients.num_gpus:g} = {demand['GPU']:g} "
+        f"GPUs; the cluster has {capacity.get('CPU', 0):g} CPUs and {capacity.get('GPU', 0):g} "
+        "GPUs. Lower clients.num_cpus / clients.num_gpus or add nodes."
+    )
+
+
+def check_capacity(config: Config) -> None:
+    """Refuse at once a run that a fixed-size Ray instance can never fit."""
+    capacity = ray.cluster_resources()
+    if any(need > capacity.get(kind, 0) + 1e-9 for kind, need in _demand(config).items()):
+        raise PlacementError(_placement_message(config, config.total_clients))
+
+
+def connect_ray(
+    address: str | None, dashboard: bool = False, py_modules: tuple[str, ...] = ()
+) -> bool:
+    """Join the cluster at ``address`` (or ``RAY_ADDRESS``); start a local Ray otherwise.
+
+    A local Ray gets Ray's dashboard only when asked: its processes start slower than the
+    ring's first round and hold more memory than two clients. ``py_modules`` (the user's own
+    code) go to every worker with the job. True when this call started a local Ray, whose
+    size is then fixed (no autoscaler).
+    """
+    if ray.is_initialized():
+        if py_modules:
+            log.warning("Ray was started elsewhere: pass ray.py_modules to its runtime_env")
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    local = {} if address else {"include_dashboard": dashboard}
+    env = job_runtime_env(py_modules)
+    ray.init(
+        address=address, log_to_driver=False, configure_logging=False, runtime_env=env, **local
+    )
+    return address is None
+
+
+def default_output_dir(config: Config) -> Path:
+    """``runs/<name>-<algorithm>-<time>``, with a suffix when that run directory exists."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{config.experiment.name}-{config.algorithm.name}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Refuse a directory that holds another run: its checkpoints would be resumed as ours."""
+    if (output_dir / CHECKPOINT).exists():
+        raise FileExistsError(
+            f"output dir {output_dir} already holds a run ({CHECKPOINT}); "
+            "pass another --output-dir or remove it"
+        )
+
+
+def launch(config: Config, output_dir: Path | None = None, resume: bool = False) -> Experiment:
+    """Load and split the data once, put it in the object store, and start every actor.
+
+    With ``resume`` the run in ``output_dir`` continues: the coordinator from its checkpoint,
+    every client from its own.
+    """
+    output_dir = (output_dir or default_output_dir(config)).resolve()
+    if resume:
+        if not (output_dir / CHECKPOINT).exists():
+            raise FileNotFoundError(f"{output_dir} holds no run to resume ({CHECKPOINT})")
+    else:
+        check_output_dir(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
+    check_backbone_for(config, dataset.input_shape, dataset.num_classes)
+    splits = split_for(config, dataset)
+    if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
+        check_capacity(config)
+    data_ref = ray.put(dataset)  # once; every client indexes its own part
+    global_test_ref = ray.put(global_test_set(config, dataset, splits))
+
+    run_key = uuid.uuid4().hex[:12]
+    # The coordinator lives beside the driver and its checkpoint; Ray restarts it after a
+    # crash and re-sends the calls that were in flight.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    coordinator = (
+        ray.remote(Coordinator)
+        .options(
+            num_cpus=0,
+            max_concurrency=32,
+            scheduling_strategy=here,
+            name=actor_name(run_key, "coordinator"),
+            max_restarts=-1,
+            max_task_retries=-1,
+            runtime_env=actor_runtime_env(),
+        )
+        .remote(
+            config,
+            str(output_dir),
+            resolve_tracking_uri(config.tracking.uri, Path.cwd()),
+            run_key,
+            resume,
+        )
+    )
+    client_options = dict(
+        num_cpus=config.clients.num_cpus,
+        num_gpus=config.clients.num_gpus,
+        max_concurrency=8,
+        max_restarts=config.clients.max_restarts,
+        scheduling_strategy="SPREAD" if config.clients.placement == "spread" else "DEFAULT",
+        runtime_env=actor_runtime_env(),
+    )
+    experiment = Experiment(
+        config,
+        output_dir,
+        coordinator,
+        {},
+        {},
+        client_options,
+        data_ref,
+        splits,
+        global_test_ref,
+        run_key,
+        resume,
+    )
+    try:
+        experiment.create_clients(list(range(config.total_clients)))
+        for i in range(config.total_clients if resume else config.clients.count):
+            node, handle = experiment.placement[i]["node_id"], experiment.clients[i]
+            if resume:  # the members the checkpoint knows, joiners included
+                if ray.get(coordinator.adopt.remote(i, handle, node)):
+                    experiment.admitted.add(i)
+                continue
+            ray.get(coordinator.register.remote(i, handle, node))
+            experiment.admitted.add(i)
+    except BaseException:
+        shutdown(experiment)  # nothing of a run that could not start stays on the cluster
+        raise
+    return experiment
+
+
+def wait_and_finalize(experiment: Experiment, started: float, progress: bool) -> dict[str, Any]:
+    """Follow progress (applying the fault plan's driver-side entries) until all are done."""
+    config = experiment.config
+    total = config.clients.count * config.experiment.rounds
+    applied: set[int] = set()
+    printed = 0  # client errors shown so far
+    with tqdm(total=total, desc="client-rounds", unit="rd", disable=not progress) as bar:
+        while True:
+            try:
+                state = ray.get(experiment.coordinator.progress.remote())
+            except CALLEE_DIED:  # the coordinator is being restarted: ask again
+                time.sleep(0.5)
+                continue
+            for error in state.errors[printed:]:
+                bar.write(
+                    f"client {error['client']} failed in round {error['round']} "
+                    f"(schedule.on_client_error={config.schedule.on_client_error}):\n"
+                    f"{error['error']}",
+                    file=sys.stderr,
+                )
+            printed = len(state.errors)
+            if state.stopped:
+                bar.write(f"run stopped: {state.stopped}", file=sys.stderr)
+                break
+            due = driver_faults_due(config.faults, state.round, state.newest, applied)
+            for index in due:
+                apply_driver_fault(experiment, config.faults[index])
+                applied.add(index)
+            bar.total = state.rounds_planned or total
+            bar.update(state.rounds_done - bar.n)
+            latest = state.latest
+            if latest:
+                bar.set_postfix(
+                    {k.removesuffix("_mean"): f"{v:.3f}" for k, v in latest.items() if k != "round"}
+                    | {"round": latest["round"]},
+                    refresh=False,
+                )
+            if state.finished:
+                break
+            time.sleep(0.5)
+    return ray.get(experiment.coordinator.finalize.remote(time.monotonic() - started))
+
+
+def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
+    """The fault-plan entries the driver carries out: joins and kills of actors it holds."""
+    if entry.join:
+        experiment.join(entry.join, first_round=entry.at_round)
+    if entry.kill_coordinator:
+        ray.kill(experiment.coordinator, no_restart=False)
+    if entry.kill_node:
+        nodes = {experiment.placement[c]["node_id"] for c in entry.kill_node}
+        doomed = [c for c, facts in experiment.placement.items() if facts["node_id"] in nodes]
+        for client_id in doomed:
+            ray.kill(experiment.clients[client_id], no_restart=True)
+
+
+def describe_launch(experiment: Experiment) -> str:
+    """What was started where: the cluster, the clients per node, the method, the outputs."""
+    config = experiment.config
+    resources = ray.cluster_resources()
+    nodes: dict[str, list[int]] = {}
+    for client_id, facts in sorted(experiment.placement.items()):
+        nodes.setdefault(facts["node_id"], []).append(client_id)
+    lines = [
+        f"cluster: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
+        f"{resources.get('GPU', 0):g} GPUs",
+        f"method:  {config.algorithm.name} on {config.data.dataset}, {config.clients.count} "
+        f"clients x {config.experiment.rounds} rounds, {config.schedule.mode}, "
+        f"{config.topology.kind} topology",
+    ]
+    for node_id, ids in nodes.items():
+        facts = experiment.placement[ids[0]]
+        lines.append(
+            f"node {node_id[:8]}: clients {ids} ({facts['device']}, "
+            f"{facts['torch_threads']} torch threads each)"
+        )
+    lines.append(f"outputs: {experiment.output_dir}")
+    uri = resolve_tracking_uri(config.tracking.uri, Path.cwd())
+    lines.append(
+        f"mlflow:  {uri} (experiment {config.tracking.experiment or config.experiment.name})"
+    )
+    return "\n".join(lines)
+
+
+def shutdown(experiment: Experiment) -> None:
+    """Stop every actor of the experiment (the Ray instance itself stays up)."""
+    actors = [*experiment.clients.values(), experiment.coordinator]
+    for handle in [*actors, *experiment.slot_pools.values()]:
+        ray.kill(handle)
+
+
+def run_experiment(
+    config: Config, output_dir: Path | None = None, progress: bool = True, resume: bool = False
+) -> dict[str, Any]:
+    """Run one experiment end to end and return its summary (also in ``summary.json``).
+
+    Ctrl-C once stops the run and writes what exists; ``resume`` continues it later.
+    """
+    experiment = launch(config, output_dir, resume)
+    try:
+        print(describe_launch(experiment), file=sys.stderr)
+        started = time.monotonic()
+        coordinator = experiment.coordinator
+        ray.get(coordinator.resume_run.remote() if resume else coordinator.start_clients.remote())
+        try:
+            summary = wait_and_finalize(experiment, started, progress)
+        except KeyboardInterrupt:
+            print(
+                "interrupted: writing what exists (Ctrl-C again aborts); continue with "
+                f"--resume {experiment.output_dir}",
+                file=sys.stderr,
+            )
+            summary = ray.get(coordinator.finalize.remote(time.monotonic() - started))
+            summary["stopped"] = "interrupted"
+        summary["output_dir"] = str(experiment.output_dir)
+        return summary
+    finally:
+        shutdown(experiment)

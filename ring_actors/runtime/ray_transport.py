@@ -1,0 +1,113 @@
+"""The transport over Ray: peers and the coordinator are actor handles, answers ObjectRefs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import (
+    ActorUnavailableError,
+    GetTimeoutError,
+    OutOfMemoryError,
+    RayActorError,
+    WorkerCrashedError,
+)
+
+from ring_actors.coordinator.membership import View
+from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.transport import ClientHandle, PeerGone, PeerUnavailable, Readmission
+
+# What a call raises when the process answering it died under it: the actor died, its
+# worker crashed, or Ray's memory monitor killed it.
+CALLEE_DIED = (RayActorError, OutOfMemoryError, WorkerCrashedError)
+
+
+@dataclass(frozen=True)
+class RayPending:
+    """An actor call's ObjectRef as a :class:`~ring_actors.delivery.transport.Pending`.
+
+    A transiently unavailable actor (it is being restarted) is not gone: the call raises
+    :class:`PeerUnavailable` and the caller may try again. A call whose process died under
+    it (the actor died, its worker crashed, or Ray's memory monitor killed it) raises
+    :class:`PeerGone`, so the payload is re-sent past the peer instead of dropped.
+    """
+
+    ref: ray.ObjectRef
+
+    def done(self) -> bool:
+        ready, _ = ray.wait([self.ref], timeout=0)
+        return bool(ready)
+
+    def result(self, timeout: float | None = None) -> Any:
+        try:
+            return ray.get(self.ref, timeout=timeout)
+        except GetTimeoutError as err:
+            raise TimeoutError(str(err)) from err
+        except ActorUnavailableError as err:
+            raise PeerUnavailable(str(err)) from err
+        except CALLEE_DIED as err:
+            raise PeerGone(type(err).__name__) from err
+
+
+@dataclass(frozen=True)
+class RayClientHandle:
+    """A client actor behind the :class:`~ring_actors.delivery.transport.ClientHandle` interface."""
+
+    actor: ray.actor.ActorHandle
+
+    def receive(self, payload: Payload) -> RayPending:
+        return RayPending(self.actor.receive.remote(payload))
+
+    def serve(self, round_: int, keys: tuple[str, ...]) -> RayPending:
+        return RayPending(self.actor.serve.remote(round_, keys))
+
+    def lap_result(self, name: str, round_: int) -> RayPending:
+        return RayPending(self.actor.lap_result.remote(name, round_))
+
+    def ping(self) -> RayPending:
+        return RayPending(self.actor.ping.remote())
+
+    def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
+        self.actor.set_view.remote(view, dict(handles))
+
+    def start(self, first_round: int = 0, joining: bool = False) -> None:
+        self.actor.start.remote(first_round, joining)
+
+    def resume(self) -> None:
+        self.actor.resume.remote()
+
+    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
+        self.actor.hand_off.remote(joiner, handle)
+
+    def journal(self) -> RayPending:
+        return RayPending(self.actor.journal.remote())
+
+
+@dataclass(frozen=True)
+class RayControlLink:
+    """The coordinator actor behind the :class:`~ring_actors.delivery.transport.ControlLink`."""
+
+    actor: ray.actor.ActorHandle
+
+    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
+        self.actor.report_round.remote(client_id, round_, metrics)
+
+    def report_event(self, kind: EventKind, client_id: int, round_: int, detail: str = "") -> None:
+        self.actor.report_event.remote(kind, client_id, round_, detail)
+
+    def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
+        self.actor.report_unreachable.remote(reporter, target, epoch)
+
+    def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None:
+        self.actor.report_done.remote(client_id, lost, hops, bytes_sent)
+
+    def report_failed(self, client_id: int, round_: int, error: str) -> None:
+        self.actor.report_failed.remote(client_id, round_, error)
+
+    def rejoin(
+        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
+    ) -> Readmission | None:
+        return ray.get(self.actor.rejoin.remote(client_id, handle, node_id, checkpoint_round))

@@ -1,0 +1,196 @@
+"""Compute slots: no more clients of a node train or evaluate at once than it runs at full speed.
+
+Clients may outnumber cores (or GPU capacity) many times over. Left alone, eight single-thread
+clients on two cores each run at a fraction of their speed and the round waits for the slowest;
+admitted two at a time, each runs at full speed and the node stays busy. One pool actor per node
+grants the slots. It is an asyncio actor, so a waiting client costs no CPU (it blocks in
+``ray.get``), requests are served oldest round first (sync and async rounds, laps and joins
+keep their order), and a holder's slot is a lease its client renews from a side thread: a
+holder that died or froze stops renewing and its slot is reclaimed, with no handle to the
+holder and no call to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import ray
+
+from ring_actors.runtime.ray_transport import CALLEE_DIED
+from ring_actors.runtime.worker_env import release_freed_memory
+from ring_actors.timeouts import SLOT_LEASE_S
+
+log = logging.getLogger(__name__)
+
+
+def node_resources(node_id: str) -> dict[str, float]:
+    """The total resources Ray reports for one node."""
+    for node in ray.nodes():
+        if node["NodeID"] == node_id:
+            return dict(node["Resources"])
+    return {}
+
+
+def pool_name(run_key: str, node_id: str) -> str:
+    return f"ring-actors-{run_key}-slots-{node_id}"
+
+
+@dataclass(order=True)
+class _Request:
+    round: int
+    seq: int
+    client: int = field(compare=False)
+    granted: asyncio.Event = field(compare=False, default_factory=asyncio.Event)
+    token: int = field(compare=False, default=-1)
+
+
+@dataclass
+class _Grant:
+    client: int
+    renewed: float
+
+
+class SlotPool:
+    """Grants at most ``limit`` slots at a time, lowest round first (then first come).
+
+    A client holds at most one slot: a new request from a client that still holds one (a
+    process Ray restarted) returns the old one first. A slot not renewed for ``lease_s`` is
+    taken back.
+    """
+
+    def __init__(self, limit: int, lease_s: float = SLOT_LEASE_S) -> None:
+        self.limit = limit
+        self.lease_s = lease_s
+        self.waiting: list[_Request] = []
+        self.held: dict[int, _Grant] = {}
+        self.seq = itertools.count()
+        self.tokens = itertools.count(1)
+        self.granted = 0
+        self.most_held = 0
+        self.reclaimed = 0
+        self.reaper: asyncio.Task | None = None
+
+    async def acquire(self, client_id: int, round_: int) -> int:
+        """Wait for a slot; returns the token that renews and releases it."""
+        for token, grant in list(self.held.items()):
+            if grant.client == client_id:
+                del self.held[token]
+        request = _Request(round_, next(self.seq), client_id)
+        heapq.heappush(self.waiting, request)
+        self._dispatch()
+        if self.reaper is None:
+            self.reaper = asyncio.get_running_loop().create_task(self._reclaim_expired())
+        await request.granted.wait()
+        return request.token
+
+    async def renew(self, token: int) -> bool:
+        """Extend a lease; False if it was already taken back."""
+        grant = self.held.get(token)
+        if grant is not None:
+            grant.renewed = time.monotonic()
+        return grant is not None
+
+    async def release(self, token: int) -> None:
+        """Give a slot back (idempotent: a reclaimed token is ignored)."""
+        self.held.pop(token, None)
+        self._dispatch()
+
+    async def status(self) -> dict[str, int]:
+        return {
+            "limit": self.limit,
+            "held": len(self.held),
+            "waiting": len(self.waiting),
+            "granted": self.granted,
+            "most_held": self.most_held,
+            "reclaimed": self.reclaimed,
+        }
+
+    def _dispatch(self) -> None:
+        while self.waiting and len(self.held) < self.limit:
+            request = heapq.heappop(self.waiting)
+            request.token = next(self.tokens)
+            self.held[request.token] = _Grant(request.client, time.monotonic())
+            self.granted += 1
+            self.most_held = max(self.most_held, len(self.held))
+            request.granted.set()
+
+    async def _reclaim_expired(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 4)
+            now = time.monotonic()
+            for token, grant in list(self.held.items()):
+                if now - grant.renewed > self.lease_s:
+                    log.warning(
+                        "client %d lost its slot: no renewal in %gs", grant.client, self.lease_s
+                    )
+                    del self.held[token]
+                    self.reclaimed += 1
+            self._dispatch()
+
+
+class Slots:
+    """A client's side of its node's pool: ``with slots.hold(round_):`` around compute.
+
+    Without a pool (a node the driver made none for) compute is not gated; if the pool dies
+    mid-run, the client keeps computing rather than stall the ring. While a slot is held, a
+    side thread renews its lease.
+    """
+
+    def __init__(self, name: str | None, client_id: int, lease_s: float = SLOT_LEASE_S) -> None:
+        self.name = name
+        self.client_id = client_id
+        self.lease_s = lease_s
+        self.pool: ray.actor.ActorHandle | None = None
+        self.waited_s = 0.0  # time spent waiting for slots, for the round's metrics
+        self.token: int | None = None  # the slot held now (tokens are never reused)
+
+    @contextmanager
+    def hold(self, round_: int) -> Iterator[None]:
+        self.token = token = self._acquire(round_)
+        if token is not None:
+            threading.Thread(target=self._renew, args=(token,), daemon=True).start()
+        try:
+            yield
+        finally:
+            if token is not None:
+                self.token = None
+                self.pool.release.remote(token)
+            release_freed_memory()  # an idle client keeps only what it holds
+
+    def _renew(self, token: int) -> None:
+        while True:
+            time.sleep(self.lease_s / 4)
+            if self.token != token:
+                return
+            self.pool.renew.remote(token)
+
+    def _acquire(self, round_: int) -> int | None:
+        pool = self._pool()
+        if pool is None:
+            return None
+        started = time.monotonic()
+        try:
+            return ray.get(pool.acquire.remote(self.client_id, round_))
+        except CALLEE_DIED as err:
+            log.warning("client %d computes without a slot: %r", self.client_id, err)
+            self.name, self.pool = None, None  # the pool is gone: stop asking
+            return None
+        finally:
+            self.waited_s += time.monotonic() - started
+
+    def _pool(self) -> ray.actor.ActorHandle | None:
+        if self.pool is None and self.name is not None:
+            try:
+                self.pool = ray.get_actor(self.name)
+            except ValueError:
+                log.warning("client %d: no slot pool %s", self.client_id, self.name)
+                self.name = None
+        return self.pool

@@ -1,0 +1,102 @@
+"""Checkpoints are data: the coordinator's a versioned JSON record, a client's a torch file
+that names only allowed classes, so reading either runs no code."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+from ring_actors.algorithms import ALGORITHMS
+from ring_actors.client.checkpoint import load_client_state
+from ring_actors.client.faults import strike
+from ring_actors.config import config_from_dict
+from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
+from ring_actors.method_factory import build_algorithm
+from ring_actors.run_folder import CheckpointError
+from tests.algorithms.synthetic import separable
+
+
+class Exploit:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("method", sorted(ALGORITHMS))
+def test_a_client_state_comes_back_whole(tmp_path, method):
+    config = config_from_dict({"algorithm": {"name": method}, "clients": {"batch_size": 16}})
+    data = separable(32, 4, (1, 28, 28))
+    algorithm = build_algorithm(config, 0, 4, (1, 28, 28), torch.device("cpu"))
+    algorithm.train_round(data)
+    torch.save({"algorithm": algorithm, "torch_rng": torch.get_rng_state()}, tmp_path / "c.pt")
+    restored = load_client_state(tmp_path / "c.pt", torch.device("cpu"))["algorithm"]
+    for name, tensor in algorithm.shared_state().items():
+        assert torch.equal(tensor, restored.shared_state()[name]), name
+    assert restored.evaluate(data) == algorithm.evaluate(data)
+
+
+def test_a_client_checkpoint_that_names_other_code_is_refused_unrun(tmp_path):
+    marker = tmp_path / "ran"
+    torch.save({"algorithm": Exploit(str(marker))}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="posix.system|os.system"):
+        load_client_state(tmp_path / "evil.pt", torch.device("cpu"))
+    assert not marker.exists()
+
+
+def test_a_client_checkpoint_that_names_a_project_function_is_refused(tmp_path):
+    # strike() with a forged plan would start a shell: classes may be named, functions never.
+    torch.save({"algorithm": strike}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="ring_actors.client.faults.strike"):
+        load_client_state(tmp_path / "evil.pt", torch.device("cpu"))
+
+
+def test_a_plug_in_method_comes_back_and_an_unimported_module_is_never_imported(tmp_path):
+    config = config_from_dict({"algorithm": {"name": "examples.fedprox:FedProx"}})
+    algorithm = build_algorithm(config, 0, 4, (1, 28, 28), torch.device("cpu"))
+    torch.save({"algorithm": algorithm}, tmp_path / "c.pt")
+    restored = load_client_state(tmp_path / "c.pt", torch.device("cpu"))["algorithm"]
+    assert type(restored).__name__ == "FedProx"
+    marker = tmp_path / "imported"
+    (tmp_path / "side_effect.py").write_text(
+        f"open({str(marker)!r}, 'a').write('x')\nclass Model(__import__('torch').nn.Linear): ...\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = importlib.import_module("side_effect")
+        torch.save({"model": module.Model(2, 2)}, tmp_path / "m.pt")
+        del sys.modules["side_effect"]
+        marker.unlink()
+        with pytest.raises(CheckpointError, match="side_effect.Model"):
+            load_client_state(tmp_path / "m.pt", torch.device("cpu"))
+        assert not marker.exists()
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_the_coordinator_record_round_trips_and_refuses_another_version(tmp_path):
+    record = CoordinatorRecord(
+        run_id="abc",
+        table={"epoch": 3, "order": [0, 1], "members": []},
+        elapsed_s=1.5,
+        rows=[{"client": 0, "round": 0, "local_acc": 0.5}],
+        events=[],
+        by_round={0: {1: {"loss": 0.25}}},
+        rounds_logged=[0],
+        done={1: {"lost": 0, "hops": 2, "bytes_sent": 8}},
+        errors=[],
+        hung=[1],
+        healing=[(0.5, 2)],
+    )
+    path = tmp_path / "coordinator.json"
+    write_record(path, record)
+    assert read_record(path) == record
+    assert [p.name for p in tmp_path.iterdir()] == ["coordinator.json"]  # no temp file left
+    path.write_text(path.read_text().replace('"version": 1', '"version": 99'))
+    with pytest.raises(CheckpointError, match="version-1"):
+        read_record(path)

@@ -1,0 +1,65 @@
+"""The fault plan: per-client slowdown, and the entries the driver applies."""
+
+from __future__ import annotations
+
+import pytest
+
+from ring_actors.client.faults import driver_faults_due, slow_delay
+from ring_actors.config import FaultSection
+
+
+def entry(at_round: int, slow: tuple[int, ...], delay_s: float) -> FaultSection:
+    return FaultSection(at_round=at_round, slow=slow, delay_s=delay_s)
+
+
+def test_no_plan_means_no_delay():
+    assert slow_delay([], 0, 0) == 0.0
+    assert slow_delay((), 3, 100) == 0.0
+
+
+def test_entry_applies_from_its_round_on():
+    plan = [entry(3, (1,), 2.5)]
+    assert [slow_delay(plan, 1, r) for r in range(6)] == [0.0, 0.0, 0.0, 2.5, 2.5, 2.5]
+    assert slow_delay(plan, 1, 1000) == 2.5
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_latest_started_entry_wins_whatever_the_plan_order(reverse):
+    plan = [entry(2, (1,), 1.0), entry(5, (1, 2), 3.0)]
+    if reverse:
+        plan.reverse()
+    assert [slow_delay(plan, 1, r) for r in (0, 2, 4, 5, 9)] == [0.0, 1.0, 1.0, 3.0, 3.0]
+    assert [slow_delay(plan, 2, r) for r in (2, 4, 5)] == [0.0, 0.0, 3.0]
+
+
+def test_later_entry_for_other_clients_does_not_cancel_an_earlier_one():
+    plan = [entry(1, (0,), 0.5), entry(4, (2,), 2.0)]
+    assert slow_delay(plan, 0, 6) == 0.5
+    assert slow_delay(plan, 2, 6) == 2.0
+
+
+def test_other_clients_are_unaffected():
+    plan = [entry(0, (1, 3), 1.5)]
+    assert slow_delay(plan, 1, 0) == 1.5
+    assert slow_delay(plan, 3, 7) == 1.5
+    for client in (0, 2, 4):
+        assert slow_delay(plan, client, 7) == 0.0
+
+
+def test_driver_applies_kills_once_when_the_ring_reaches_them():
+    plan = (
+        FaultSection(at_round=2, kill_coordinator=True),
+        FaultSection(at_round=3, kill_node=(0,)),
+        FaultSection(at_round=0, crash=(1,)),  # the client carries this one out itself
+    )
+    assert driver_faults_due(plan, 1, 2, set()) == []
+    assert driver_faults_due(plan, 2, 2, set()) == [0]
+    assert driver_faults_due(plan, 5, 5, {0}) == [1]
+
+
+def test_driver_splices_joiners_in_before_the_ring_begins_their_round():
+    plan = (FaultSection(at_round=4, join=2), FaultSection(at_round=1, join=1))
+    # newest: the furthest round a member finished; -1 before any has.
+    assert driver_faults_due(plan, 0, -1, set()) == [1]
+    assert driver_faults_due(plan, 1, 1, {1}) == []
+    assert driver_faults_due(plan, 1, 2, {1}) == [0]

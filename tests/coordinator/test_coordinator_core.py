@@ -1,0 +1,290 @@
+"""The coordinator's control logic in-process: admission, probes, bypass, the error policy,
+the round watchdog, and a checkpoint written before the coordinator acts."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+
+from ring_actors.config import config_from_dict
+from ring_actors.coordinator.core import CoordinatorCore
+from ring_actors.coordinator.membership import MemberState
+from ring_actors.coordinator.tracking import Retry, Tracker
+from ring_actors.delivery.transport import PeerGone, PeerUnavailable
+
+
+class ScriptedClient:
+    """A client handle whose answers a test sets: alive, dead, or silent."""
+
+    def __init__(self, client_id: int) -> None:
+        self.id = client_id
+        self.state = "alive"
+        self.views: list = []
+        self.started: list[tuple[int, bool]] = []
+        self.handed_to: list[int] = []
+
+    def _answer(self, value) -> Future:
+        future: Future = Future()
+        if self.state == "dead":
+            future.set_exception(PeerGone(f"client {self.id}"))
+        elif self.state == "restarting":
+            future.set_exception(PeerUnavailable(f"client {self.id}"))
+        elif self.state == "alive":
+            future.set_result(value)
+        return future  # silent: never answers
+
+    def ping(self) -> Future:
+        return self._answer(-1)  # no round finished yet
+
+    def journal(self) -> Future:
+        return self._answer([])
+
+    def set_view(self, view, handles) -> None:
+        self.views.append(view)
+
+    def start(self, first_round: int = 0, joining: bool = False) -> None:
+        self.started.append((first_round, joining))
+
+    def hand_off(self, joiner: int, handle) -> None:
+        self.handed_to.append(joiner)
+
+
+def make(tmp_path, clients=3, find=None, **schedule):
+    config = config_from_dict(
+        {
+            "experiment": {"rounds": 5},
+            "clients": {"count": clients},
+            "schedule": {"hop_timeout_s": 0.3, "heartbeat_s": 0.05, **schedule},
+        }
+    )
+    handles = {c: ScriptedClient(c) for c in range(clients + 1)}
+    core = CoordinatorCore(
+        config, tmp_path, Tracker("unused", "t", "run"), find or (lambda c: handles.get(c))
+    )
+    for c in range(clients):
+        core.register(c, handles[c], "node")
+    core.start_clients()
+    return core, handles
+
+
+def settle(core, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        core.reconcile()
+        time.sleep(0.01)
+
+
+def until(core, done, timeout: float = 5.0) -> None:
+    """Reconcile until ``done()``; fails the test if it never is."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "the coordinator never got there"
+        core.reconcile()
+        time.sleep(0.01)
+
+
+def test_start_sends_one_view_and_starts_everyone(tmp_path):
+    core, handles = make(tmp_path)
+    for c in range(3):
+        (view,) = handles[c].views
+        assert view.members == (0, 1, 2) and handles[c].started == [(0, False)]
+
+
+def test_a_dead_member_is_bypassed_and_the_survivors_get_a_new_view(tmp_path):
+    core, handles = make(tmp_path)
+    handles[1].state = "dead"
+    until(core, lambda: core.table.live == [0, 2])
+    assert handles[0].views[-1].members == (0, 2)
+    assert [e["kind"] for e in core.events][:2] == ["crash", "bypass"]
+
+
+def test_a_silent_member_is_bypassed_as_hung_after_the_probe_timeout(tmp_path):
+    core, handles = make(tmp_path)
+    handles[2].state = "silent"
+    core.reconcile()
+    probed_at = core.probes[2][1]
+    until(core, lambda: not core.table.is_live(2))
+    assert time.monotonic() - probed_at >= 0.3 and 2 in core.hung  # after the probe timeout
+
+
+def test_a_member_being_restarted_is_asked_again_and_bypassed_only_past_the_timeout(tmp_path):
+    core, handles = make(tmp_path)
+    handles[1].state = "restarting"
+    core.reconcile()
+    first_probe = core.probes[1][1]
+    core.reconcile()
+    assert core.table.is_live(1) and core.probes[1][1] == first_probe  # same deadline
+    handles[1].state = "alive"
+    settle(core, 0.5)
+    assert core.table.is_live(1)
+    handles[1].state = "restarting"
+    until(core, lambda: not core.table.is_live(1))
+    assert [e["kind"] for e in core.events if e["client"] == 1] == ["hang", "bypass"]
+
+
+def test_admission_is_checkpointed_before_it_is_broadcast(tmp_path):
+    core, handles = make(tmp_path)
+    core.report_round(0, 0, {"loss": 1.0})
+    core.admit(3, handles[3], "node")
+    epoch = core.table.epoch
+    # The coordinator dies now, before its timer would have saved anything.
+    restarted = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), handles.get)
+    assert restarted.restore()
+    assert 3 in restarted.table.live and restarted.table.epoch == epoch
+    restarted.report_event("x", 0, 0)
+    handles[1].state = "dead"
+    until(restarted, lambda: not restarted.table.is_live(1))
+    assert restarted.table.epoch > epoch  # epochs never repeat across a restart
+
+
+def test_a_retried_admission_changes_nothing(tmp_path):
+    core, handles = make(tmp_path)
+    after = core.admit(3, handles[3], "node")
+    epoch = core.table.epoch
+    assert core.admit(3, handles[3], "node") == after
+    assert core.table.epoch == epoch and handles[3].started == [(1, True)]
+
+
+@pytest.mark.parametrize("policy", ["drop", "stop"])
+def test_a_client_error_follows_the_policy(tmp_path, policy):
+    core, _ = make(tmp_path, on_client_error=policy)
+    core.report_failed(1, 2, "Traceback ...\nRuntimeError: boom\n")
+    assert core.errors[0]["error"].endswith("boom\n")
+    if policy == "drop":
+        assert core.table.live == [0, 2] and core.progress().stopped is None
+    else:
+        assert core.table.live == [0, 1, 2]
+        assert core.progress().stopped == "client 1 failed in round 2: RuntimeError: boom"
+
+
+def test_the_last_client_failing_stops_the_run(tmp_path):
+    core, _ = make(tmp_path, clients=2)
+    core.report_failed(0, 1, "RuntimeError: a")
+    assert core.progress().stopped is None
+    core.report_failed(1, 1, "RuntimeError: b")
+    assert "no client can go on" in core.progress().stopped
+
+
+def test_a_member_that_answers_pings_but_finishes_no_round_is_hung(tmp_path):
+    core, _ = make(tmp_path, stall_hops=2)  # 0.6 s without a round
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        for c in (0, 1):
+            core.report_round(c, int((time.monotonic() - deadline + 1.0) * 10), {})
+        core.reconcile()
+        time.sleep(0.02)
+    assert core.table.live == [0, 1]
+    (hang,) = [e for e in core.events if e["kind"] == "hang"]
+    assert hang["client"] == 2 and "no round finished" in hang["detail"]
+
+
+def test_when_no_member_advances_the_run_stops_with_a_diagnosis(tmp_path):
+    core, _ = make(tmp_path, stall_hops=2)
+    until(core, lambda: core.progress().stopped is not None)
+    reason = core.progress().stopped
+    assert "no member finished a round" in reason and "client 2 last finished round -1" in reason
+
+
+def test_a_member_stalled_after_the_others_finished_is_bypassed_and_the_run_ends(tmp_path):
+    core, _ = make(tmp_path, stall_hops=2)
+    for c in (0, 1):
+        for round_ in range(5):
+            core.report_round(c, round_, {})
+        core.report_done(c, 0, 5, 100)
+    until(core, lambda: core.table.live == [0, 1])  # client 2 never finished a round
+    assert core.progress().stopped is None
+    (hang,) = [e for e in core.events if e["kind"] == "hang"]
+    assert hang["client"] == 2
+    assert core.summary(1.0)["rounds_completed"] == 5
+
+
+def test_reports_from_outside_the_run_are_ignored(tmp_path):
+    core, _ = make(tmp_path)
+    core.report_round(42, 0, {"loss": 1.0})
+    core.report_done(42, 0, 0, 0)
+    core.report_unreachable(0, 42, 1)
+    core.report_failed(42, 0, "x")
+    assert 42 not in core.table.members and not core.errors and not core.done
+
+
+def test_a_tracking_server_that_never_answers_holds_up_no_report_or_reconcile(tmp_path):
+    core, _ = make(tmp_path)
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    core.tracker = Tracker(dead, "t", "run", output_dir=tmp_path, retry=Retry(close_s=1.0))
+    opening = threading.Thread(target=core.open_tracking)
+    opening.start()  # the writer keeps trying in the background
+    started = time.monotonic()
+    for round_ in range(3):
+        for client in range(3):
+            core.report_round(client, round_, {"loss": 1.0})
+        core.reconcile()  # probes, views and checkpoints go on meanwhile
+    assert time.monotonic() - started < 0.5
+    assert core.tracker._pending  # the means wait in the buffer, none dropped
+    core.tracker.end()
+    opening.join()
+
+
+def test_metrics_mlflow_had_not_taken_are_queued_again_by_a_restarted_coordinator(tmp_path):
+    core, handles = make(tmp_path)
+    core.report_round(0, 0, {"loss": 1.0})
+    core.tracker.add_metrics({"local_acc_mean": 0.5}, 0)
+    core.checkpoint(force=True)  # the tracker never opened: nothing was sent
+    queued = core.tracker.unsent()
+    assert ("local_acc_mean", 0.5) in [(key, value) for key, value, _, _ in queued]
+    restarted = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), handles.get)
+    restarted.restore()
+    assert restarted.tracker.unsent() == queued  # timestamps too: MLflow keeps one copy
+
+
+def test_a_restarted_coordinator_finds_a_member_gone_while_it_was_down(tmp_path):
+    core, handles = make(tmp_path)
+    core.checkpoint(force=True)
+    restarted = CoordinatorCore(
+        core.config,
+        tmp_path,
+        Tracker("unused", "t", "run"),
+        lambda c: None if c == 1 else handles[c],
+    )
+    restarted.restore()
+    assert restarted.table.live == [0, 2]
+    assert restarted.table.members[1].state == MemberState.DEAD
+
+
+def test_the_output_tables_follow_the_run_and_say_they_are_partial(tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    core, _ = make(tmp_path)
+    for client in range(3):
+        core.report_round(client, 0, {"local_acc": 0.5, "global_acc": 0.25})
+    core.reconcile()
+    rows = pq.read_table(tmp_path / "metrics.parquet").to_pylist()
+    assert sorted(r["client"] for r in rows) == [0, 1, 2]
+    assert json.loads((tmp_path / "summary.json").read_text())["partial"] is True
+
+
+@pytest.mark.parametrize("upload", [False, True])
+def test_private_checkpoints_are_uploaded_only_when_asked(tmp_path, mlflow_uri, upload):
+    from mlflow.tracking import MlflowClient
+
+    out = tmp_path / "run"
+    out.mkdir()
+    config = config_from_dict({"clients": {"count": 2}, "tracking": {"upload_checkpoints": upload}})
+    uri = mlflow_uri
+    core = CoordinatorCore(config, out, Tracker(uri, "t", "run"))
+    for c in range(2):
+        core.register(c, ScriptedClient(c), "node")
+    (out / "clients").mkdir()
+    (out / "clients" / "client-0.pt").write_bytes(b"private model")
+    core.checkpoint(force=True)
+    summary = core.finalize(1.0)
+    uploaded = {a.path for a in MlflowClient(uri).list_artifacts(summary["mlflow"]["run_id"])}
+    assert {"summary.json", "config.yaml", "metrics.parquet", "events.parquet"} <= uploaded
+    assert ("clients" in uploaded) == upload and ("coordinator.json" in uploaded) == upload

@@ -1,0 +1,101 @@
+"""A push a client acknowledged survives its crash until a checkpoint has merged it."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import torch
+
+from ring_actors.client.core import ClientCore, ClientData
+from ring_actors.config import config_from_dict
+from ring_actors.coordinator.membership import View
+from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.spool import Spool
+from ring_actors.method_factory import build_algorithm
+from tests.algorithms.synthetic import separable
+from tests.client.test_client_core import SHAPE, Peer, Reports, share
+
+CONFIG = config_from_dict({"clients": {"count": 3}, "schedule": {"hop_timeout_s": 2}})
+
+
+def checkpointing_core(path) -> ClientCore:
+    data = separable(32, 4, SHAPE)
+    method = build_algorithm(CONFIG, 0, 4, SHAPE, torch.device("cpu"))
+    splits = ClientData(data, data, data)
+    client = ClientCore(0, CONFIG, method, splits, Reports(), checkpoint_path=path)
+    client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})
+    return client
+
+
+def test_the_spool_keeps_loads_and_drops_payloads(tmp_path):
+    spool = Spool(tmp_path / "inbox")
+    pushes = [Payload(s, r, 1, r, {"w": torch.full((3,), s + r)}) for s, r in ((2, 4), (1, 3))]
+    for payload in pushes:
+        spool.keep(payload)
+    loaded = spool.load(torch.device("cpu"))
+    assert [(p.sender, p.round) for p in loaded] == [(1, 3), (2, 4)]  # oldest round first
+    assert torch.equal(loaded[1].tensors["w"], pushes[0].tensors["w"])
+    spool.retain([pushes[1].key])
+    assert [(p.sender, p.round) for p in spool.load(torch.device("cpu"))] == [(1, 3)]
+
+
+def test_a_push_acknowledged_after_the_last_checkpoint_is_there_after_a_crash(tmp_path):
+    path = tmp_path / "client-0.pt"
+    before = checkpointing_core(path)
+    before.save_checkpoint(0)
+    push = share(before, 2, 0)
+    assert before.receive(push)  # acknowledged: the sender forgets it
+    # The process dies before round 1 is checkpointed; its successor starts from the file.
+    after = checkpointing_core(path)
+    assert after.load_checkpoint() == 0
+    gathered: list[Payload] = []
+    thread = threading.Thread(target=lambda: gathered.extend(after._gather(1)))
+    thread.start()
+    thread.join(5)
+    assert [(p.sender, p.round) for p in gathered] == [(2, 0)]  # no wait for a timeout
+    assert not [e for e in after.control.events if e[0] == "wait_timeout"]
+    for name, tensor in push.tensors.items():
+        assert torch.equal(gathered[0].tensors[name], tensor)
+
+
+def test_a_checkpoint_drops_what_it_merged_and_keeps_what_it_did_not(tmp_path):
+    path = tmp_path / "client-0.pt"
+    client = checkpointing_core(path)
+    client.save_checkpoint(0)
+    client.receive(share(client, 2, 0))
+    client.receive(share(client, 2, 1))  # arrived early, for the round after
+    client.inbox.take("share", max_round=0)  # round 1 merges round 0's push
+    client.save_checkpoint(1)
+    restarted = checkpointing_core(path)
+    restarted.load_checkpoint()
+    assert [(p.sender, p.round) for p in restarted.inbox.peek(lambda p: True)] == [(2, 1)]
+
+
+def test_a_client_that_does_not_checkpoint_writes_nothing(tmp_path):
+    client = checkpointing_core(None)
+    assert client.receive(share(client, 2, 0)) and client.spool is None
+    assert list(tmp_path.iterdir()) == []
+
+
+class Silent:
+    """A peer that never acknowledges."""
+
+    def receive(self, payload) -> Future:
+        return Future()
+
+
+def test_a_checkpoint_keeps_the_newest_push_and_those_not_yet_acknowledged(tmp_path):
+    path = tmp_path / "client-0.pt"
+    client = checkpointing_core(path)
+    client.set_view(View(2, (0, 1, 2), (0, 0, 0)), {1: Silent()})
+    unanswered, answered, newest = (share(client, 0, r) for r in (1, 2, 3))
+    client.outbox.send(1, unanswered)
+    client.outbox.send(2, answered)  # peer 2 acknowledges at once
+    client.tick()
+    client.last_push = newest
+    client.save_checkpoint(3)
+    restarted = checkpointing_core(path)
+    restarted.load_checkpoint()
+    assert [p.round for p in restarted.recent_pushes] == [1]
+    assert restarted.last_push.round == 3
