@@ -24,8 +24,8 @@ import yaml
 
 from jobs.train import DEFAULT_CONFIG
 from ring_actors.config import Config, ConfigError, load_config
-from ring_actors.coordinator.core import CHECKPOINT
 from ring_actors.coordinator.tracking import create_sqlite_store, resolve_tracking_uri
+from ring_actors.run_folder import RunFolder
 
 SWEEP_FILE = "sweep.json"  # in the sweep's directory: its MLflow parent run, kept for re-runs
 
@@ -80,7 +80,7 @@ def plan(config_path: Path, overrides: list[str], sweep_dir: Path) -> list[Point
 def check_existing(point: Point) -> None:
     """Refuse a point whose directory holds a run of another config (a key that does not
     vary, and so is not in the name, changed since)."""
-    path = point.output_dir / "config.yaml"
+    path = RunFolder(point.output_dir).config
     if not path.is_file():
         return
     held = yaml.safe_load(path.read_text())
@@ -95,7 +95,7 @@ def check_existing(point: Point) -> None:
 def finished(point: Point) -> bool:
     """True when the point's directory holds a run that ended: all its rounds, or stopped
     (by the watchdog or an error); an interrupted run is not finished."""
-    path = point.output_dir / "summary.json"
+    path = RunFolder(point.output_dir).summary
     if not path.is_file():
         return False
     summary = json.loads(path.read_text())
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
     failed = 0
     for number, point in enumerate(todo, 1):
-        resume = (point.output_dir / CHECKPOINT).exists()
+        resume = RunFolder(point.output_dir).holds_run()
         how = "resuming" if resume else "starting"
         print(f"[{number}/{len(todo)}] {how} {' '.join(point.overrides)}", file=sys.stderr)
         nested = f"tracking.parent_run_id={json.dumps(parent)}"

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from ring_actors.config import ConfigError, load_config
+from ring_actors.run_folder import RunFolder
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "quickstart.yaml"
 
@@ -66,7 +67,7 @@ def format_table(summary: dict[str, Any], baseline: Path | None = None) -> str:
 
 def _against_local(summary: dict[str, Any], path: Path) -> list[str]:
     """Lines comparing the run's means with ``local``'s reference when ``path`` fits the run."""
-    config_file = Path(summary.get("output_dir", "")) / "config.yaml"
+    config_file = RunFolder(Path(summary.get("output_dir", ""))).config
     reference = json.loads(path.read_text()) if path.is_file() else None
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
 
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(list_choices(DEFAULT_CONFIG.parent / "paper"))
         return 0
     try:
-        path = args.resume / "config.yaml" if args.resume else args.config
+        path = RunFolder(args.resume).config if args.resume else args.config
         config = load_config(path, args.overrides)
     except (ConfigError, OSError) as err:
         print(f"config error: {err}", file=sys.stderr)

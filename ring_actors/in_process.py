@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from ring_actors.client.core import ClientCore, ClientData
+from ring_actors.client.core import ClientCore
 from ring_actors.client.faults import driver_faults_due
+from ring_actors.client.resources import ClientData
 from ring_actors.config import Config
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.membership import View

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ring_actors.algorithms import Algorithm, TaskSpec
-from ring_actors.client.core import ClientData
+from ring_actors.client.resources import ClientData
 from ring_actors.config import Config
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.partition import ClientSplit

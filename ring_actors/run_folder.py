@@ -63,7 +63,12 @@ class RunFolder:
         return self.path / self.CLIENTS
 
     def client_checkpoint(self, client_id: int) -> Path:
-        return self.clients / f"client-{client_id}.pt"
+        return self.checkpoint_in(self.clients, client_id)
+
+    @staticmethod
+    def checkpoint_in(clients: Path, client_id: int) -> Path:
+        """A client's checkpoint in a clients folder (which a cluster may place elsewhere)."""
+        return clients / f"client-{client_id}.pt"
 
     def holds_run(self) -> bool:
         """Whether a run was started here (its coordinator wrote a record)."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ring_actors.algorithms import ALGORITHMS
-from ring_actors.client.core import ClientData
+from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Channel
 from ring_actors.in_process import InProcessRing

@@ -8,13 +8,21 @@ so a checkpoint directory on a shared filesystem is not a way into every node.
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions
+from ring_actors.delivery.payloads import Channel, JournalEntry, Payload
 from ring_actors.run_folder import CheckpointError
+
+if TYPE_CHECKING:  # the spool reads its files with this module's loader
+    from ring_actors.delivery.inbox import Inbox
+    from ring_actors.delivery.outbox import Outbox
+    from ring_actors.delivery.spool import Spool
+    from ring_actors.delivery.transport import ControlLink
 
 # What a client checkpoint may name: classes only (a function such as ``os.system`` or one of
 # the project's own could be called by the unpickler with arguments of the file's choosing),
@@ -52,3 +60,80 @@ def _allowed_class(name: str) -> type | None:
     if name in CLIENT_CLASSES or name.startswith(CLIENT_CLASS_MODULES):
         return found
     return found if issubclass(found, (Algorithm, AlgorithmOptions, torch.nn.Module)) else None
+
+
+class Checkpointing:
+    """A client's own checkpoint after each round, and its restore after a restart; mixed
+    into :class:`~ring_actors.client.core.ClientCore`."""
+
+    id: int
+    algorithm: Algorithm
+    device: torch.device
+    lock: threading.Lock
+    inbox: Inbox
+    outbox: Outbox
+    control: ControlLink
+    checkpoint_path: Path | None
+    spool: Spool | None
+    spool_lock: threading.Lock
+    first_round: int
+    completed: int
+    last_push: Payload | None
+    recent_pushes: list[Payload]
+    journal_entries: list[JournalEntry]
+
+    def journal(self) -> list[dict]: ...
+
+    def save_checkpoint(self, round_: int) -> None:
+        """The private state after ``round_``, for a restarted client to resume from."""
+        path = self.checkpoint_path
+        assert path is not None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        # A receiver keeps every push it acknowledged (its spool): a restart needs only those
+        # still unacknowledged, and the newest (its acknowledgement may be on the way).
+        waiting = self.outbox.unacknowledged_payloads(Channel.SHARE)
+        with self.lock:
+            last = self.last_push
+        older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
+        pushes = [*older.values(), *([last] if last else [])]  # restored as ``last_push``
+        torch.save(
+            {
+                "round": round_,
+                "first_round": self.first_round,
+                "algorithm": self.algorithm,
+                "journal": self.journal(),
+                "pushes": pushes,
+                "torch_rng": torch.get_rng_state(),
+            },
+            tmp,
+        )
+        tmp.replace(path)
+        if self.spool is not None:  # what this checkpoint merged is no longer needed
+            with self.spool_lock:
+                self.spool.retain(p.key for p in self.inbox.peek(_is_share))
+
+    def load_checkpoint(self) -> int | None:
+        """Restore the last checkpoint and re-send the reports a crash may have cut off;
+        its round, or None when there is none (a restart on a new node)."""
+        path = self.checkpoint_path
+        if path is None or not path.exists():
+            return None
+        saved = load_client_state(path, self.device)
+        self.algorithm = saved["algorithm"]
+        self.completed = saved["round"]
+        self.first_round = saved["first_round"]
+        self.journal_entries = [JournalEntry.from_dict(e) for e in saved["journal"]]
+        *self.recent_pushes, self.last_push = saved["pushes"] or [None]
+        torch.set_rng_state(saved["torch_rng"])
+        assert self.spool is not None
+        for payload in self.spool.load(self.device):  # acknowledged before the crash
+            self.inbox.put(payload)
+        for entry in self.journal_entries:
+            if entry.kind == "round":
+                self.control.report_round(self.id, entry.round, entry.metrics)
+        return saved["round"]
+
+
+def _is_share(payload: Payload) -> bool:
+    return payload.channel == Channel.SHARE

@@ -14,21 +14,18 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import torch
 
 from ring_actors.algorithms import Algorithm
-from ring_actors.client.checkpoint import load_client_state
+from ring_actors.client.answers import PeerAnswers
+from ring_actors.client.checkpoint import Checkpointing
 from ring_actors.client.faults import FaultActions, slow_delay, strike
-from ring_actors.client.ring_lap import LapResult, RingLaps, is_lap
+from ring_actors.client.resources import ClientData, SlotHolder, Ungated
+from ring_actors.client.ring_lap import LapResult, RingLaps, lap_checksum
 from ring_actors.config import Config
 from ring_actors.coordinator.membership import View
-from ring_actors.data.images import LabelledImages
 from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.outbox import Outbox
@@ -55,34 +52,7 @@ class NonFiniteError(ArithmeticError):
     """Training made the model or its losses non-finite."""
 
 
-@dataclass(frozen=True)
-class ClientData:
-    """A client's private train and test splits, and the Global-T set every client shares."""
-
-    train: LabelledImages
-    local_test: LabelledImages
-    global_test: LabelledImages
-
-
-class SlotHolder(Protocol):
-    """Compute slots (see ``slots``): ``with hold(round_):`` around training and evaluation."""
-
-    waited_s: float
-
-    def hold(self, round_: int) -> AbstractContextManager[None]: ...
-
-
-class Ungated:
-    """No slot limit: every client computes when it is ready."""
-
-    waited_s = 0.0
-
-    @contextmanager
-    def hold(self, round_: int) -> Iterator[None]:
-        yield
-
-
-class ClientCore:
+class ClientCore(PeerAnswers, Checkpointing):
     """Private data and model, a ``receive`` that only enqueues, and a round loop.
 
     ``receive``, ``serve``, ``ping`` and ``set_view`` are called from the transport's
@@ -143,137 +113,6 @@ class ClientCore:
         # lock keeps a push from being dropped between entering the inbox and the spool.
         self.spool = Spool(checkpoint_path.with_suffix(".inbox")) if checkpoint_path else None
         self.spool_lock = threading.Lock()
-
-    # ---- called by peers and the coordinator --------------------------------------------
-
-    def receive(self, payload: Payload) -> bool:
-        """Validate and enqueue (or, for a ring lap, pass on); never blocks on training.
-
-        True acknowledges the delivery (a duplicate re-send is acknowledged but not queued
-        twice); False means rejected: malformed, non-finite, or from a bypassed member.
-        """
-        try:
-            if not isinstance(payload, Payload):
-                raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
-            expected = self.expected if payload.channel == Channel.SHARE else None
-            payload.validate(expected, self.config.schedule.max_payload_bytes)
-            return self._accept(payload)
-        except PayloadError as err:
-            return self._reject(str(err))
-        except Exception as err:  # noqa: BLE001 - one bad payload never harms the receiver
-            log.exception("client %d could not take a payload", self.id)
-            return self._reject(f"could not be taken: {err!r}")
-
-    def _accept(self, payload: Payload) -> bool:
-        with self.lock:
-            view = self.view
-        if payload.sender not in view.members and payload.epoch < view.epoch:
-            self.event(EventKind.STALE_PAYLOAD_DROPPED, self.round, f"from {payload.sender}")
-            return False  # from a member that was bypassed: it must not touch the ring
-        if is_lap(payload):
-            ahead = payload.round >= self.first_round and payload.round > self.completed
-            if self.laps.on_receive(payload, runs_round=ahead):
-                return True
-        with self.spool_lock:
-            if self.inbox.put(payload) and self.spool and payload.channel == Channel.SHARE:
-                self.spool.keep(payload)
-        return True
-
-    def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
-        """The pulled part of what this client published after ``round_`` (or later)."""
-        with self.lock:
-            rounds = sorted(r for r in self.published if r >= round_)
-            if not rounds:
-                return None
-            state = self.published[rounds[0]]
-            epoch = self.view.epoch
-        payload = Payload(
-            self.id,
-            rounds[0],
-            epoch,
-            seq=rounds[0],
-            tensors={k: state[k] for k in keys if k in state},
-            num_samples=len(self.data.train),
-            channel=Channel.PULLED,
-        )
-        self.outbox.count_served(payload)
-        return payload
-
-    def lap_result(self, name: str, round_: int) -> LapResult | None:
-        """A finished lap's total, for a client whose result token was lost."""
-        return self.laps.result(name, round_)
-
-    def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
-        """Adopt a newer membership view and re-route what the old one left undelivered.
-
-        Sends to members that are gone go to their replacements (a lap token to the new
-        successor), and every current out-neighbour gets the newest published payload.
-        """
-        with self.lock:
-            if view.epoch <= self.view.epoch:
-                return  # idempotent: an old or repeated broadcast changes nothing
-            self.view, self.handles = view, {**self.handles, **handles}
-            self.outbox.set_handles(handles)
-        pushes: list[Payload] = []
-        for flight in self.outbox.reroute(set(view.members)):
-            if is_lap(flight.payload):
-                successor = view.successor(self.id)
-                if successor is not None and successor not in flight.payload.lap.visited:
-                    self.outbox.send(successor, flight.payload)
-            elif flight.target in view.members:  # restarted: the same member, sent again
-                self.outbox.send(flight.target, flight.payload)
-            elif flight.payload.channel == Channel.SHARE:
-                pushes.append(flight.payload)
-        with self.lock:
-            last = self.last_push
-            fresh: set[int] = set()
-            if last is not None:
-                pushes.extend([*self.recent_pushes, last])
-                targets = set(self.topology.out_neighbours(view.members, self.id, last.round))
-                fresh = targets - self.pushed_to
-                self.pushed_to |= fresh
-        for target in sorted(fresh):
-            for payload in {id(p): p for p in pushes}.values():
-                self.outbox.send(target, payload)
-
-    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
-        """Give a newcomer what the method says it starts from (snapshotted each round)."""
-        with self.lock:
-            tensors = self.hand_off_tensors
-            epoch = self.view.epoch
-        if tensors:
-            self.outbox.set_handles({joiner: handle})
-            payload = Payload(
-                self.id,
-                max(self.completed, 0),
-                epoch,
-                seq=-1,
-                tensors=tensors,
-                num_samples=len(self.data.train),
-                channel=Channel.INIT,
-            )
-            self.outbox.send(joiner, payload)
-
-    def ping(self) -> int:
-        """Heartbeat: the last round this client finished."""
-        return self.completed
-
-    def journal(self) -> list[dict]:
-        """Every report sent to the coordinator, for a restarted coordinator to replay."""
-        with self.lock:
-            return [entry.to_dict() for entry in self.journal_entries]
-
-    def stats(self) -> dict:
-        """Counters for tests and debugging."""
-        return {
-            "round": self.round,
-            "completed": self.completed,
-            "epoch": self.view.epoch,
-            "inbox": len(self.inbox),
-            "rejected": self.rejected,
-            "hops": self.outbox.hops,
-            "bytes_sent": self.outbox.bytes_acked,
-        }
 
     def start(self, first_round: int = 0, joining: bool = False) -> None:
         """Start the round loop on its own thread and return at once.
@@ -533,68 +372,7 @@ class ClientCore:
             self.outbox.send(target, payload)
         self.tick()
 
-    # ---- checkpoints --------------------------------------------------------------------
-
-    def save_checkpoint(self, round_: int) -> None:
-        """The private state after ``round_``, for a restarted client to resume from."""
-        path = self.checkpoint_path
-        assert path is not None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        # A receiver keeps every push it acknowledged (its spool): a restart needs only those
-        # still unacknowledged, and the newest (its acknowledgement may be on the way).
-        with self.outbox.lock:
-            waiting = [
-                f.payload for f in self.outbox.in_flight if f.payload.channel == Channel.SHARE
-            ]
-        with self.lock:
-            last = self.last_push
-        older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
-        pushes = [*older.values(), *([last] if last else [])]  # restored as ``last_push``
-        torch.save(
-            {
-                "round": round_,
-                "first_round": self.first_round,
-                "algorithm": self.algorithm,
-                "journal": self.journal(),
-                "pushes": pushes,
-                "torch_rng": torch.get_rng_state(),
-            },
-            tmp,
-        )
-        tmp.replace(path)
-        if self.spool is not None:  # what this checkpoint merged is no longer needed
-            with self.spool_lock:
-                self.spool.retain(p.key for p in self.inbox.peek(_is_share))
-
-    def load_checkpoint(self) -> int | None:
-        """Restore the last checkpoint and re-send the reports a crash may have cut off;
-        its round, or None when there is none (a restart on a new node)."""
-        path = self.checkpoint_path
-        if path is None or not path.exists():
-            return None
-        saved = load_client_state(path, self.device)
-        self.algorithm = saved["algorithm"]
-        self.completed = saved["round"]
-        self.first_round = saved["first_round"]
-        self.journal_entries = [JournalEntry.from_dict(e) for e in saved["journal"]]
-        *self.recent_pushes, self.last_push = saved["pushes"] or [None]
-        torch.set_rng_state(saved["torch_rng"])
-        assert self.spool is not None
-        for payload in self.spool.load(self.device):  # acknowledged before the crash
-            self.inbox.put(payload)
-        for entry in self.journal_entries:
-            if entry.kind == "round":
-                self.control.report_round(self.id, entry.round, entry.metrics)
-        return saved["round"]
-
     # ---- reports ------------------------------------------------------------------------
-
-    def _reject(self, reason: str) -> bool:
-        log.warning("client %d rejected a payload: %s", self.id, reason)
-        self.rejected += 1
-        self.event(EventKind.PAYLOAD_REJECTED, self.round, reason)
-        return False
 
     def _report_unreachable(self, target: int) -> None:
         self.control.report_unreachable(self.id, target, self.current_view.epoch)
@@ -607,12 +385,6 @@ def peak_rss_mb() -> float:
     """This process's peak resident memory: many actors share one host, so growth matters."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes there, KiB here
-
-
-def lap_checksum(total: dict[str, torch.Tensor]) -> float:
-    """One number that differs when two members applied different totals; linear, so a
-    total's is the sum of its contributions'."""
-    return float(sum(float(t.double().sum()) for t in total.values()))
 
 
 def _shapes(tensors: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:

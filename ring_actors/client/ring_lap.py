@@ -34,6 +34,12 @@ def accumulate(total: dict[str, torch.Tensor], contribution: dict[str, torch.Ten
             total[key] = value.clone()
 
 
+def lap_checksum(total: dict[str, torch.Tensor]) -> float:
+    """One number that differs when two members applied different totals; linear, so a
+    total's is the sum of its contributions'."""
+    return float(sum(float(t.double().sum()) for t in total.values()))
+
+
 def is_lap(payload: Payload) -> bool:
     return payload.channel in LAP_CHANNELS
 

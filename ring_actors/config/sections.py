@@ -150,7 +150,7 @@ class TopologySection:
     edges: str | None = None  # graph: a file of "sender receiver" lines (client ids)
 
     def __post_init__(self) -> None:
-        kinds = "one of " + ", ".join(TOPOLOGIES)
+        kinds = "one of " + ", ".join(repr(kind) for kind in TOPOLOGIES)
         check(self.kind in TOPOLOGIES, "topology.kind", kinds, self.kind)
         check(self.degree >= 1, "topology.degree", "an int >= 1", self.degree)
         check(self.resample_every >= 1, "topology.resample_every", "an int >= 1")

@@ -14,38 +14,30 @@ import logging
 import random
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ring_actors.config import Config
+from ring_actors.coordinator.health import Health
 from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.coordinator.outputs import RunOutputs
 from ring_actors.coordinator.progress import Progress
-from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
-from ring_actors.coordinator.run_summary import RunFacts, round_means, summarise_run
-from ring_actors.coordinator.tracking import Tracker, flatten, write_outputs
+from ring_actors.coordinator.recovery import Recovery
+from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.tracking import Tracker
 from ring_actors.delivery.events import EventKind
-from ring_actors.delivery.payloads import JournalEntry
 from ring_actors.delivery.transport import (
     ClientHandle,
-    PeerGone,
-    PeerUnavailable,
-    Pending,
     Readmission,
 )
+from ring_actors.run_folder import RunFolder
 from ring_actors.timeouts import Timeouts
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT = "coordinator.json"  # in the output dir: what a restarted coordinator resumes from
-# Output entries that hold clients' private state: checkpoints, never uploaded unless asked.
-PRIVATE_OUTPUTS = ("clients", CHECKPOINT)
-OUTPUTS_EVERY_S = 5.0  # the output tables are rewritten at most this often while a run goes on
-MAX_EVENTS = 100_000  # events kept for the summary; a long faulty run must not grow without end
 
-
-class CoordinatorCore:
+class CoordinatorCore(Recovery, RunOutputs):
     """One writer of membership and results; ``reconcile`` is one non-blocking pass."""
 
     def __init__(
@@ -58,31 +50,30 @@ class CoordinatorCore:
         self.config = config
         self.timeouts = Timeouts.from_schedule(config.schedule)
         self.output_dir = output_dir
-        self.checkpoint_path = output_dir / CHECKPOINT
+        self.checkpoint_path = RunFolder(output_dir).coordinator_record
         self.tracker = tracker
         self.find_client = find_client  # a restarted coordinator finds its clients again
         self.table = MembershipTable()
         self.handles: dict[int, ClientHandle] = {}
         self.lock = threading.RLock()
-        self.started_at = time.monotonic()
-        self.rows: list[dict[str, Any]] = []
-        self.events: list[dict[str, Any]] = []
-        self.by_round: dict[int, dict[int, dict[str, float]]] = defaultdict(dict)
-        self.rounds_logged: set[int] = set()
-        self.done: dict[int, dict[str, int]] = {}
-        self.errors: list[dict[str, Any]] = []  # client failures, tracebacks included
+        self.results = Results()
+        self.health = Health()
         self.stop_reason: str | None = None
-        self.probes: dict[int, tuple[Pending[int], float]] = {}
-        self.next_probe: dict[int, float] = {}
-        self.suspects: set[int] = set()
-        self.hung: set[int] = set()  # bypassed for silence, not death: may come back
-        self.last_report: dict[int, float] = {}  # when each member last finished a round
-        # Bypasses whose ring has not yet healed: (time of the bypass, the round every live
-        # member must finish, having started it after the bypass).
-        self.healing: list[tuple[float, int]] = []
         self.broadcast_epoch = -1
         self.saved_at = 0.0
         self.outputs_at, self.rows_written = 0.0, 0
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return self.results.events
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return self.results.errors
+
+    @property
+    def done(self) -> dict[int, dict[str, int]]:
+        return self.results.done
 
     # ---- membership RPCs ----------------------------------------------------------------
 
@@ -104,10 +95,10 @@ class CoordinatorCore:
     def start_clients(self) -> None:
         """Push every member its first view, then start all round loops."""
         with self.lock:
-            self.started_at = time.monotonic()
+            self.results.started_at = time.monotonic()
             for client_id in self.table.live:
                 self.table.mark(client_id, MemberState.RUNNING)
-                self.last_report[client_id] = time.monotonic()
+                self.health.heard(client_id)
             self.checkpoint(force=True)
             self._broadcast()
             for client_id in self.table.live:
@@ -135,7 +126,7 @@ class CoordinatorCore:
             self.handles[client_id] = handle
             self.table.add(client_id, node_id, after=after, first_round=first_round)
             self.table.mark(client_id, MemberState.RUNNING)
-            self.last_report[client_id] = time.monotonic()
+            self.health.heard(client_id)
             self._event(EventKind.JOIN, client_id, first_round, f"spliced in after {after}")
             self.checkpoint(force=True)  # written before anyone acts on the new member
             self._broadcast()
@@ -153,9 +144,7 @@ class CoordinatorCore:
         with self.lock:
             if self.table.is_live(client_id):  # back before the probes noticed it was gone
                 self._mark_dead(client_id, EventKind.CRASH, "restarted")
-            self.probes.pop(client_id, None)  # a probe of the old process must not kill the new
-            self.suspects.discard(client_id)
-            self.hung.discard(client_id)
+            self.health.forget(client_id)
             live = self.table.live
             if not live:
                 return None
@@ -164,7 +153,7 @@ class CoordinatorCore:
             self.handles[client_id] = handle
             self.table.members[client_id].node_id = node_id
             self.table.revive(client_id, after, first_round)
-            self.last_report[client_id] = time.monotonic()
+            self.health.heard(client_id)
             how = (
                 "as a new client" if checkpoint_round is None else f"from round {checkpoint_round}"
             )
@@ -204,19 +193,11 @@ class CoordinatorCore:
         with self.lock:
             if client_id not in self.table.members:
                 return  # not a member of this run: nothing to record
-            if client_id in self.hung and not self.table.is_live(client_id):
+            if client_id in self.health.hung and not self.table.is_live(client_id):
                 self._rejoin(client_id)
             self.table.seen(client_id, round_)
-            self.last_report[client_id] = time.monotonic()
-            if client_id in self.by_round[round_]:
-                return  # idempotent under retries
-            self.by_round[round_][client_id] = metrics
-            self.tracker.add_metrics(
-                {f"client_{client_id}/{k}": v for k, v in metrics.items()}, round_
-            )
-            if any(k.startswith("local_") for k in metrics):
-                now = self._now()
-                self.rows.append({"client": client_id, "round": round_, "time_s": now, **metrics})
+            self.health.heard(client_id)
+            self.tracker.add_metrics(self.results.record_round(client_id, round_, metrics), round_)
 
     def report_event(self, kind: EventKind, client_id: int, round_: int, detail: str = "") -> None:
         with self.lock:
@@ -233,13 +214,13 @@ class CoordinatorCore:
                 self.table.members[target].last_round,
                 f"reported by {reporter} at epoch {epoch}",
             )
-            self.suspects.add(target)
+            self.health.suspects.add(target)
 
     def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None:
         with self.lock:
             if client_id not in self.table.members:
                 return
-            self.done[client_id] = {"lost": lost, "hops": hops, "bytes_sent": bytes_sent}
+            self.results.done[client_id] = {"lost": lost, "hops": hops, "bytes_sent": bytes_sent}
             self.table.mark(client_id, MemberState.DONE)
 
     def report_failed(self, client_id: int, round_: int, error: str) -> None:
@@ -251,7 +232,7 @@ class CoordinatorCore:
         with self.lock:
             if client_id not in self.table.members:
                 return
-            self.errors.append({"client": client_id, "round": round_, "error": error})
+            self.results.errors.append({"client": client_id, "round": round_, "error": error})
             summary = error.strip().splitlines()[-1] if error.strip() else "error"
             self._event(EventKind.CLIENT_ERROR, client_id, round_, summary)
             if self.config.schedule.on_client_error == "stop":
@@ -276,25 +257,16 @@ class CoordinatorCore:
                 newest=self._newest_trained(),
                 epoch=self.table.epoch,
                 live=len(live),
-                done=sum(1 for c in live if c in self.done),
+                done=sum(1 for c in live if c in self.results.done),
                 # Rounds trained, departed members' included, and the rounds the run will
                 # have trained when the members live now finish: a joiner adds only its own.
                 rounds_done=sum(trained.values()),
                 rounds_planned=planned,
-                finished=bool(live) and all(c in self.done for c in live),
+                finished=bool(live) and all(c in self.results.done for c in live),
                 stopped=self.stop_reason,
-                errors=list(self.errors),
-                latest=self._latest_means(),
+                errors=list(self.results.errors),
+                latest=self.results.latest_means(),
             )
-
-    def _latest_means(self) -> dict[str, float]:
-        """Client means of the newest round every live member has reported."""
-        if not self.rounds_logged:
-            return {}
-        round_ = max(self.rounds_logged)
-        means = round_means(self.by_round[round_].values())
-        keys = ("local_acc_mean", "global_acc_mean", "loss_mean")
-        return {"round": round_, **{k: means[k] for k in keys if k in means}}
 
     def ring_order(self) -> list[int]:
         with self.lock:
@@ -323,67 +295,13 @@ class CoordinatorCore:
         except Exception:
             log.exception("writing the run's tables failed")
 
-    def _write_partial_outputs(self) -> None:
-        """The output files as they stand, so a run that dies keeps every finished round;
-        ``summary.json`` says ``partial`` until the run is finalized."""
-        now = time.monotonic()
-        with self.lock:
-            if len(self.rows) == self.rows_written or now - self.outputs_at < OUTPUTS_EVERY_S:
-                return
-            self.outputs_at, self.rows_written = now, len(self.rows)
-            summary = {**self.summary(self._now()), "partial": True}
-            config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
-        write_outputs(self.output_dir, config, summary, rows, events)
-
-    def open_tracking(self) -> None:
-        """Start the tracker's writer, which creates the MLflow run (a restarted coordinator
-        reopens its own) and then sends buffered metrics on its own thread: a slow or absent
-        tracking server never delays failure detection."""
-        config = self.config
-        tags = {
-            "algorithm": config.algorithm.name,
-            "dataset": config.data.dataset,
-            "topology": config.topology.kind,
-            "mode": config.schedule.mode,
-            "output_dir": str(self.output_dir),
-        }
-        if config.tracking.parent_run_id:  # MLflow shows the run under its sweep
-            tags["mlflow.parentRunId"] = config.tracking.parent_run_id
-        self.tracker.open(flatten(config.to_dict()), tags)
-
     def _settle_probes(self) -> None:
-        """A probe that raised means crashed; one unanswered past the timeout, hung."""
-        now = time.monotonic()
-        for client_id, (answer, sent_at) in list(self.probes.items()):
-            if answer.done():
-                del self.probes[client_id]
-                try:
-                    self.table.seen(client_id, answer.result(0))
-                    self.suspects.discard(client_id)
-                except PeerGone as err:
-                    self._mark_dead(client_id, EventKind.CRASH, str(err))
-                except PeerUnavailable:  # being restarted: ask again, same deadline
-                    if now - sent_at > self.timeouts.probe_s:
-                        self._mark_dead(
-                            client_id, EventKind.HANG, "unavailable past the probe timeout"
-                        )
-                        self.hung.add(client_id)
-                    else:
-                        self.probes[client_id] = (self.handles[client_id].ping(), sent_at)
-            elif now - sent_at > self.timeouts.probe_s:
-                del self.probes[client_id]
-                self._mark_dead(client_id, EventKind.HANG, "no heartbeat answer")
-                self.hung.add(client_id)
+        deaths = self.health.settle_probes(self.table, self.handles, self.timeouts.probe_s)
+        for client_id, cause, detail in deaths:
+            self._mark_dead(client_id, cause, detail)
 
     def _start_probes(self) -> None:
-        """At most one probe per member, on a jittered period; suspects at once."""
-        now = time.monotonic()
-        for client_id in self.table.live:
-            due = self.next_probe.get(client_id, 0.0) <= now or client_id in self.suspects
-            if client_id not in self.probes and due:
-                self.probes[client_id] = (self.handles[client_id].ping(), now)
-                period = self.config.schedule.heartbeat_s * random.uniform(0.9, 1.1)
-                self.next_probe[client_id] = now + period
+        self.health.start_probes(self.table.live, self.handles, self.config.schedule.heartbeat_s)
 
     def _watch_rounds(self) -> None:
         """A running member that answers pings but finishes no round for the stall time is
@@ -393,25 +311,17 @@ class CoordinatorCore:
         if self.stop_reason is not None:
             return
         limit = self.timeouts.stall_s
-        now = time.monotonic()
         states = {c: self.table.members[c].state for c in self.table.live}
         running = [c for c, state in states.items() if state == MemberState.RUNNING]
         finished = [c for c, state in states.items() if state == MemberState.DONE]
-        stalled = [c for c in running if now - self.last_report.get(c, now) > limit]
+        stalled = self.health.stalled(running, limit)
         if stalled and len(stalled) == len(running) and not finished:
-            self._stop(f"no member finished a round for {limit:g} s: {self._diagnosis()}")
+            diagnosis = self.health.diagnosis(self.table, self.results.started_at)
+            self._stop(f"no member finished a round for {limit:g} s: {diagnosis}")
             return
         for client_id in stalled:
             self._mark_dead(client_id, EventKind.HANG, f"no round finished in {limit:g} s")
-            self.hung.add(client_id)
-
-    def _diagnosis(self) -> str:
-        members = self.table.members
-        return "; ".join(
-            f"client {c} last finished round {members[c].last_round} "
-            f"({time.monotonic() - self.last_report.get(c, self.started_at):.0f} s ago)"
-            for c in self.table.live
-        )
+            self.health.hung.add(client_id)
 
     def _reconcile_views(self) -> None:
         """Broadcast new views only when the live set changed (after checkpointing it)."""
@@ -426,128 +336,14 @@ class CoordinatorCore:
         if not live:
             return
         slowest = min(self.table.members[c].last_round for c in live)
-        now = self._now()
-        for bypassed_at, target in [h for h in self.healing if slowest >= h[1]]:
-            self.healing.remove((bypassed_at, target))
-            self._event(
-                EventKind.HEALED,
-                -1,
-                target,
-                "every live member passed the bypass",
-                latency_s=now - bypassed_at,
-            )
+        now = self.results.now()
+        for bypassed_at, target in self.health.healed(slowest):
+            detail = "every live member passed the bypass"
+            self._event(EventKind.HEALED, -1, target, detail, latency_s=now - bypassed_at)
 
     def _log_round_means(self) -> None:
-        """Client means of a round once every live member has reported it."""
-        live = set(self.table.live)
-        for round_ in sorted(self.by_round):
-            reports = self.by_round[round_]
-            if round_ in self.rounds_logged or not live <= set(reports):
-                continue
-            self.rounds_logged.add(round_)
-            self.tracker.add_metrics(round_means(reports.values()), round_)
-
-    # ---- checkpoint ---------------------------------------------------------------------
-
-    def checkpoint(self, force: bool = False) -> None:
-        """Save what a restarted coordinator needs: at once before acting on a change,
-        else at most twice a second."""
-        if not force and time.monotonic() - self.saved_at < 0.5:
-            return
-        self.saved_at = time.monotonic()
-        write_record(
-            self.checkpoint_path,
-            CoordinatorRecord(
-                run_id=self.tracker.run_id,
-                table=self.table.to_record(),
-                elapsed_s=self._now(),
-                rows=self.rows,
-                events=self.events,
-                by_round={r: dict(reports) for r, reports in self.by_round.items()},
-                rounds_logged=sorted(self.rounds_logged),
-                done=self.done,
-                errors=self.errors,
-                hung=sorted(self.hung),
-                healing=self.healing,
-                unsent_metrics=self.tracker.unsent(),
-            ),
-        )
-
-    def restore(self, adopt_clients: bool = True) -> bool:
-        """Come back after a crash: membership and results from the checkpoint, what the
-        clients reported since from their journals; views go out again on the next pass.
-        False when there is no checkpoint (a new run). Without ``adopt_clients`` (a run
-        resumed by a new driver) the clients register anew and ``resume_run`` follows."""
-        saved = read_record(self.checkpoint_path)
-        if saved is None:
-            return False
-        with self.lock:
-            self.tracker.run_id = saved.run_id
-            self.tracker.requeue(saved.unsent_metrics)
-            self.table = MembershipTable.from_record(saved.table)
-            self.started_at = time.monotonic() - saved.elapsed_s
-            self.rows, self.events = saved.rows, saved.events
-            self.by_round.update(saved.by_round)
-            self.rounds_logged = set(saved.rounds_logged)
-            self.done, self.errors = saved.done, saved.errors
-            self.hung, self.healing = set(saved.hung), saved.healing
-            if not adopt_clients:
-                return True
-            for client_id in self.table.live:
-                handle = self.find_client(client_id)
-                if handle is None:  # gone while we were down
-                    self._mark_dead(
-                        client_id, EventKind.CRASH, "gone while the coordinator was down"
-                    )
-                else:
-                    self.handles[client_id] = handle
-                    self.last_report[client_id] = time.monotonic()
-            journals = {c: self.handles[c].journal() for c in self.table.live}
-        self._replay_journals(journals)
-        return True
-
-    def resume_run(self) -> None:
-        """Continue a resumed run: every registered live member from its own checkpoint."""
-        with self.lock:
-            now = time.monotonic()
-            running = [c for c in self.table.live if c not in self.done]
-            for client_id in running:
-                self.table.members[client_id].state = MemberState.RUNNING
-                self.last_report[client_id] = now
-            journals = {c: self.handles[c].journal() for c in running}
-        self._replay_journals(journals)
-        with self.lock:
-            self._event(EventKind.RUN_RESUMED, -1, -1, f"members {running}")
-            self.checkpoint(force=True)
-            self._broadcast()
-            for client_id in running:
-                self.handles[client_id].resume()
-
-    def _replay_journals(self, journals: dict[int, Pending[list[dict]]]) -> None:
-        """Apply what the clients reported while nobody recorded it."""
-        replayed = 0
-        for client_id, answer in journals.items():
-            try:
-                entries = answer.result(self.timeouts.journal_s)
-            except Exception:  # noqa: BLE001 - gone or silent: the probes will settle it
-                continue
-            for entry in entries:
-                replayed += self._replay(client_id, JournalEntry.from_dict(entry))
-        with self.lock:
-            self._event(
-                EventKind.COORDINATOR_RESTORED, -1, -1, f"replayed {replayed} client reports"
-            )
-
-    def _replay(self, client_id: int, entry: JournalEntry) -> int:
-        """Apply one journal entry a client kept; 1 if it was news to us."""
-        if entry.kind == "round" and client_id not in self.by_round.get(entry.round, {}):
-            self.report_round(client_id, entry.round, entry.metrics)
-            return 1
-        if entry.kind == "done" and client_id not in self.done:
-            m = entry.metrics
-            self.report_done(client_id, int(m["lost"]), int(m["hops"]), int(m["bytes_sent"]))
-            return 1
-        return 0
+        for round_, means in self.results.full_round_means(set(self.table.live)):
+            self.tracker.add_metrics(means, round_)
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -564,7 +360,7 @@ class CoordinatorCore:
         (a bound on the detection latency: the fault came after its last sign of life)."""
         member = self.table.members[client_id]
         if self.table.mark(client_id, MemberState.DEAD):
-            self.suspects.discard(client_id)
+            self.health.suspects.discard(client_id)
             silent = time.monotonic() - member.last_seen
             self._event(cause, client_id, member.last_round, detail, latency_s=silent)
             self._event(
@@ -573,14 +369,13 @@ class CoordinatorCore:
             live = self.table.live
             if live:
                 newest = max(self.table.members[c].last_round for c in live)
-                self.healing.append((self._now(), newest + 1))
+                self.health.bypassed(self.results.now(), newest + 1)
 
     def _rejoin(self, client_id: int) -> None:
         """A member bypassed as hung is back, with its private state: splice it in again."""
         after = random.Random(self.table.epoch).choice(self.table.live)
         self.table.revive(client_id, after)
-        self.hung.discard(client_id)
-        self.probes.pop(client_id, None)
+        self.health.forget(client_id)
         round_ = self.table.members[client_id].last_round
         self._event(EventKind.REJOIN, client_id, round_, f"spliced in after {after}")
 
@@ -589,71 +384,7 @@ class CoordinatorCore:
             self.stop_reason = reason
             self._event(EventKind.RUN_STOPPED, -1, -1, reason)
 
-    def _now(self) -> float:
-        """Seconds since the rounds began: the events' clock."""
-        return time.monotonic() - self.started_at
-
     def _event(
         self, kind: EventKind, client_id: int, round_: int, detail: str, **measured: float
     ) -> None:
-        if len(self.events) >= MAX_EVENTS:
-            return
-        self.events.append(
-            {
-                "time_s": self._now(),
-                "kind": EventKind(kind).value,  # an unknown kind fails here, not in a report
-                "client": client_id,
-                "round": round_,
-                "epoch": self.table.epoch,
-                "detail": detail,
-                **measured,
-            }
-        )
-
-    # ---- results ------------------------------------------------------------------------
-
-    def finalize(self, wall_s: float) -> dict[str, Any]:
-        """Write the output files, log them to MLflow, close the run; return the summary."""
-        self.open_tracking()
-        with self.lock:
-            for round_, reports in sorted(self.by_round.items()):
-                if round_ not in self.rounds_logged:
-                    self.rounds_logged.add(round_)
-                    self.tracker.add_metrics(round_means(reports.values()), round_)
-            summary = {**self.summary(wall_s), "partial": False}
-            self.tracker.add_metrics(
-                {
-                    "final_local_acc": summary["local_acc"]["mean"],
-                    "final_global_acc": summary["global_acc"]["mean"],
-                },
-                summary["rounds_completed"],
-            )
-            config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
-        write_outputs(self.output_dir, config, summary, rows, events)
-        private = () if self.config.tracking.upload_checkpoints else PRIVATE_OUTPUTS
-        self.tracker.log_artifacts(self.output_dir, private)
-        unsent = self.tracker.end()
-        if unsent is not None:  # MLflow did not take everything: the summary says where it is
-            summary["mlflow"]["unsent_metrics"] = str(unsent)
-            write_outputs(self.output_dir, config, summary, rows, events)
-        return summary
-
-    def summary(self, wall_s: float) -> dict[str, Any]:
-        live = self.table.live
-        return summarise_run(
-            self.config,
-            RunFacts(
-                members=len(self.table.members),
-                rounds_completed=min(
-                    (self.table.members[c].last_round + 1 for c in live), default=0
-                ),
-                ring_order=live,
-                rows=self.rows,
-                reports=[m for r in self.by_round.values() for m in r.values()],
-                done=list(self.done.values()),
-                events=self.events,
-                stop_reason=self.stop_reason,
-                mlflow={"tracking_uri": self.tracker.uri, "run_id": self.tracker.run_id},
-            ),
-            wall_s,
-        )
+        self.results.event(kind, client_id, round_, self.table.epoch, detail, **measured)

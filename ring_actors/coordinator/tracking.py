@@ -17,10 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from ring_actors.run_folder import RunFolder
+
 log = logging.getLogger(__name__)
 
 _MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
-UNSENT = "unsent_metrics.jsonl"  # in the output dir: metrics MLflow never took, one per line
 
 
 def resolve_tracking_uri(configured: str | None, workdir: Path) -> str:
@@ -324,7 +325,7 @@ class Tracker:
                 "%d metrics not sent to MLflow and no output directory to keep them", len(rows)
             )
             return None
-        path = self.output_dir / UNSENT
+        path = RunFolder(self.output_dir).unsent_metrics
         with path.open("a") as file:
             for key, value, timestamp, step in rows:
                 record = {"run_id": self.run_id, "key": key, "value": value}
@@ -384,10 +385,11 @@ def write_outputs(
 ) -> None:
     """The contract files: config.yaml, summary.json, metrics.parquet, events.parquet."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.yaml").write_text(yaml.safe_dump(dict(config), sort_keys=False))
-    (directory / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    pq.write_table(_table(metrics, METRIC_COLUMNS), directory / "metrics.parquet")
-    pq.write_table(_table(events, EVENT_COLUMNS), directory / "events.parquet")
+    folder = RunFolder(directory)
+    folder.config.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    folder.summary.write_text(json.dumps(summary, indent=2, default=float))
+    pq.write_table(_table(metrics, METRIC_COLUMNS), folder.metrics)
+    pq.write_table(_table(events, EVENT_COLUMNS), folder.events)
 
 
 METRIC_COLUMNS = {"client": pa.int64(), "round": pa.int64(), "time_s": pa.float64()}

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.delivery.transport import ClientHandle, PeerGone, PeerUnavailable, Pending
 from ring_actors.timeouts import Timeouts
 
@@ -145,6 +145,11 @@ class Outbox:
         if not flight.reported:
             flight.reported = True
             self.report_unreachable(flight.target)
+
+    def unacknowledged_payloads(self, channel: Channel) -> list[Payload]:
+        """The payloads of one channel that some receiver has not yet acknowledged."""
+        with self.lock:
+            return [f.payload for f in self.in_flight if f.payload.channel == channel]
 
     def drain(self, timeout_s: float) -> int:
         """Wait for the last acknowledgements; the payloads never acknowledged count as lost."""

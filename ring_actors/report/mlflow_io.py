@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ring_actors.report.figures import slug
-from ring_actors.report.runs import SUMMARY
+from ring_actors.run_folder import RunFolder
 
-RUN_FILES = (SUMMARY, "config.yaml", "metrics.parquet", "events.parquet")
 REPORT_TAG = "ring_actors.report"
 
 
@@ -28,12 +27,12 @@ def download_experiment(uri: str, experiment: str, directory: Path) -> list[Path
     paths = []
     for run in _all_runs(client, found.experiment_id):
         logged = {a.path for a in client.list_artifacts(run.info.run_id)}
-        if SUMMARY not in logged:
+        if RunFolder.SUMMARY not in logged:
             continue
         name = f"{slug(run.info.run_name or 'run')}-{run.info.run_id[:8]}"
         target = directory / name
         target.mkdir(parents=True, exist_ok=True)
-        for file in RUN_FILES:
+        for file in RunFolder.PUBLISHED:
             if file in logged:
                 client.download_artifacts(run.info.run_id, file, str(target))
         paths.append(target)

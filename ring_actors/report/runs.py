@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
-SUMMARY = "summary.json"
+from ring_actors.run_folder import RunFolder
 
 
 @dataclass(frozen=True)
@@ -98,10 +98,10 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
     """Run directories among ``paths``: each one itself, or every run found beneath it."""
     found: list[Path] = []
     for path in paths:
-        if (path / SUMMARY).is_file():
+        if RunFolder(path).summary.is_file():
             found.append(path)
         elif path.is_dir():
-            found.extend(sorted(p.parent for p in path.rglob(SUMMARY)))
+            found.extend(sorted(p.parent for p in path.rglob(RunFolder.SUMMARY)))
         else:
             raise FileNotFoundError(f"{path}: not a run directory nor a folder of runs")
     return list(dict.fromkeys(found))
@@ -109,15 +109,16 @@ def find_runs(paths: Iterable[Path]) -> list[Path]:
 
 def load_run(path: Path) -> Run:
     """Read a run directory; a missing Parquet table counts as empty."""
-    summary = json.loads((path / SUMMARY).read_text())
-    config_file = path / "config.yaml"
+    folder = RunFolder(path)
+    summary = json.loads(folder.summary.read_text())
+    config_file = folder.config
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
     return Run(
         path=path,
         config=config or {},
         summary=summary,
-        rows=tuple(_eval_row(r) for r in _records(path / "metrics.parquet")),
-        events=tuple(_event(r) for r in _records(path / "events.parquet")),
+        rows=tuple(_eval_row(r) for r in _records(folder.metrics)),
+        events=tuple(_event(r) for r in _records(folder.events)),
     )
 
 

@@ -21,6 +21,7 @@ from ring_actors.data.sources import DatasetArrays
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.transport import ClientHandle
 from ring_actors.method_factory import build_algorithm, client_data
+from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
@@ -60,7 +61,7 @@ class ClientActor:
         device = pick_device(clients.num_gpus)
         control = RayControlLink(coordinator)
         saves = clients.checkpoint or clients.max_restarts > 0
-        checkpoint = Path(state_dir) / f"client-{client_id}.pt" if saves else None
+        checkpoint = RunFolder.checkpoint_in(Path(state_dir), client_id) if saves else None
         self.core = ClientCore(
             client_id,
             config,

@@ -12,7 +12,7 @@ from typing import Any
 import ray
 
 from ring_actors.config import Config
-from ring_actors.coordinator.core import CHECKPOINT, CoordinatorCore
+from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.progress import Progress
 from ring_actors.coordinator.tracking import Tracker
 from ring_actors.delivery.events import EventKind
@@ -20,7 +20,7 @@ from ring_actors.delivery.transport import ClientHandle, Readmission
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.ray_transport import RayClientHandle
 
-__all__ = ["CHECKPOINT", "Coordinator"]
+__all__ = ["Coordinator"]
 
 
 class Coordinator:

@@ -23,9 +23,10 @@ from ring_actors.coordinator.tracking import resolve_tracking_uri
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import load_dataset
+from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.client_actor import ClientActor
-from ring_actors.runtime.coordinator_actor import CHECKPOINT, Coordinator
+from ring_actors.runtime.coordinator_actor import Coordinator
 from ring_actors.runtime.ray_transport import CALLEE_DIED
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
@@ -61,7 +62,7 @@ class Experiment:
 
     def create_clients(self, ids: list[int]) -> None:
         """Start client actors for ``ids`` and record where they landed."""
-        state_dir = str(self.output_dir / "clients")
+        state_dir = str(RunFolder(self.output_dir).clients)
         handles = {
             i: CLIENT.options(
                 **self.client_options, name=actor_name(self.run_key, f"client-{i}")
@@ -192,9 +193,9 @@ def default_output_dir(config: Config) -> Path:
 
 def check_output_dir(output_dir: Path) -> None:
     """Refuse a directory that holds another run: its checkpoints would be resumed as ours."""
-    if (output_dir / CHECKPOINT).exists():
+    if RunFolder(output_dir).holds_run():
         raise FileExistsError(
-            f"output dir {output_dir} already holds a run ({CHECKPOINT}); "
+            f"output dir {output_dir} already holds a run ({RunFolder.COORDINATOR}); "
             "pass another --output-dir or remove it"
         )
 
@@ -207,12 +208,14 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
     """
     output_dir = (output_dir or default_output_dir(config)).resolve()
     if resume:
-        if not (output_dir / CHECKPOINT).exists():
-            raise FileNotFoundError(f"{output_dir} holds no run to resume ({CHECKPOINT})")
+        if not RunFolder(output_dir).holds_run():
+            raise FileNotFoundError(
+                f"{output_dir} holds no run to resume ({RunFolder.COORDINATOR})"
+            )
     else:
         check_output_dir(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        RunFolder(output_dir).config.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     check_backbone_for(config, dataset.input_shape, dataset.num_classes)
     splits = split_for(config, dataset)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from ring_actors.client.core import ClientData
+from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.in_process import InProcessRing
 from tests.algorithms.conftest import Clients

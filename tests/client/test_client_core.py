@@ -9,7 +9,8 @@ from concurrent.futures import Future
 import pytest
 import torch
 
-from ring_actors.client.core import ClientCore, ClientData
+from ring_actors.client.core import ClientCore
+from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload

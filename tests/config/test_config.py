@@ -24,7 +24,7 @@ from ring_actors.config import (
     parse_override,
 )
 
-QUICKSTART = Path(__file__).resolve().parents[1] / "jobs" / "configs" / "quickstart.yaml"
+QUICKSTART = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "quickstart.yaml"
 
 
 def error_of(overrides: list[str], path: Path | None = None) -> str:

@@ -14,6 +14,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.tracking import Retry, Tracker
+from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.transport import PeerGone, PeerUnavailable
 
 
@@ -106,18 +107,18 @@ def test_a_silent_member_is_bypassed_as_hung_after_the_probe_timeout(tmp_path):
     core, handles = make(tmp_path)
     handles[2].state = "silent"
     core.reconcile()
-    probed_at = core.probes[2][1]
+    probed_at = core.health.probes[2][1]
     until(core, lambda: not core.table.is_live(2))
-    assert time.monotonic() - probed_at >= 0.3 and 2 in core.hung  # after the probe timeout
+    assert time.monotonic() - probed_at >= 0.3 and 2 in core.health.hung  # after the probe timeout
 
 
 def test_a_member_being_restarted_is_asked_again_and_bypassed_only_past_the_timeout(tmp_path):
     core, handles = make(tmp_path)
     handles[1].state = "restarting"
     core.reconcile()
-    first_probe = core.probes[1][1]
+    first_probe = core.health.probes[1][1]
     core.reconcile()
-    assert core.table.is_live(1) and core.probes[1][1] == first_probe  # same deadline
+    assert core.table.is_live(1) and core.health.probes[1][1] == first_probe  # same deadline
     handles[1].state = "alive"
     settle(core, 0.5)
     assert core.table.is_live(1)
@@ -135,7 +136,7 @@ def test_admission_is_checkpointed_before_it_is_broadcast(tmp_path):
     restarted = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), handles.get)
     assert restarted.restore()
     assert 3 in restarted.table.live and restarted.table.epoch == epoch
-    restarted.report_event("x", 0, 0)
+    restarted.report_event(EventKind.WAIT_TIMEOUT, 0, 0)
     handles[1].state = "dead"
     until(restarted, lambda: not restarted.table.is_live(1))
     assert restarted.table.epoch > epoch  # epochs never repeat across a restart

@@ -14,15 +14,14 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from ring_actors.coordinator.core import PRIVATE_OUTPUTS
 from ring_actors.coordinator.tracking import (
-    UNSENT,
     Retry,
     Tracker,
     flatten,
     resolve_tracking_uri,
     write_outputs,
 )
+from ring_actors.run_folder import RunFolder
 
 
 def test_tracking_uri_prefers_config_then_env_then_sqlite_in_workdir(tmp_path, monkeypatch):
@@ -73,8 +72,10 @@ def test_metrics_mlflow_refuses_go_to_the_unsent_file_and_the_run_still_ends(tmp
     assert tracker.flush(wait_s=30)
     # A name MLflow rejects: resending cannot help. Its batch goes to the file entire.
     tracker.add_metrics({"a/../b": 1.0, "loss": 0.25}, 1)
-    assert tracker.end() == tmp_path / UNSENT
-    rows = [json.loads(line) for line in (tmp_path / UNSENT).read_text().splitlines()]
+    assert tracker.end() == RunFolder(tmp_path).unsent_metrics
+    rows = [
+        json.loads(line) for line in RunFolder(tmp_path).unsent_metrics.read_text().splitlines()
+    ]
     sent = MlflowClient(uri).get_metric_history(tracker.run_id, "loss")
     assert sorted((r["key"], r["step"]) for r in rows) == [("a/../b", 1), ("loss", 1)]
     assert all(r["run_id"] == tracker.run_id for r in rows)
@@ -95,9 +96,11 @@ def test_a_dead_server_never_blocks_the_caller_and_end_keeps_every_metric(tmp_pa
     assert not tracker.flush()  # never raises
     assert time.monotonic() - started < 1.0
     started = time.monotonic()
-    assert tracker.end() == tmp_path / UNSENT
+    assert tracker.end() == RunFolder(tmp_path).unsent_metrics
     assert time.monotonic() - started < retry.close_s + 10
-    rows = [json.loads(line) for line in (tmp_path / UNSENT).read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in RunFolder(tmp_path).unsent_metrics.read_text().splitlines()
+    ]
     assert sorted((r["key"], r["step"]) for r in rows) == sorted(
         (key, step) for step in range(500) for key in ("loss", "acc")
     )
@@ -115,7 +118,7 @@ def test_checkpoints_stay_out_of_the_upload(tmp_path, mlflow_uri):
     (out / "coordinator.json.tmp").write_text("{")
     uri = mlflow_uri
     tracker = Tracker(uri, "exp", "run")
-    tracker.log_artifacts(out, PRIVATE_OUTPUTS)
+    tracker.log_artifacts(out, RunFolder.PRIVATE)
     tracker.end()
     uploaded = {a.path for a in MlflowClient(uri).list_artifacts(tracker.run_id)}
     assert uploaded == {"config.yaml", "summary.json", "metrics.parquet", "events.parquet"}

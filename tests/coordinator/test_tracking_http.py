@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ring_actors.coordinator.core import PRIVATE_OUTPUTS
-from ring_actors.coordinator.tracking import UNSENT, Retry, Tracker, write_outputs
+from ring_actors.coordinator.tracking import Retry, Tracker, write_outputs
+from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.driver import run_experiment
 from tests.conftest import needs_data, small_config
 
@@ -133,8 +133,8 @@ def test_a_server_that_goes_away_and_comes_back_gets_every_metric_once(tmp_path,
         "loss": list(range(150)),
         "acc": list(range(150)),
     }
-    tracker.log_artifacts(out, PRIVATE_OUTPUTS)
-    assert tracker.end() is None and not (out / UNSENT).exists()
+    tracker.log_artifacts(out, RunFolder.PRIVATE)
+    assert tracker.end() is None and not RunFolder(out).unsent_metrics.exists()
     client = MlflowClient(server.uri)
     assert client.get_run(tracker.run_id).info.status == "FINISHED"
     assert client.get_run(tracker.run_id).data.params == {"rounds": "3"}
@@ -150,9 +150,11 @@ def test_a_server_gone_for_good_leaves_every_unsent_metric_in_the_file(tmp_path,
     server.kill()
     assert add_timed(tracker, range(10, 40)) < 0.05
     started = time.monotonic()
-    assert tracker.end() == tmp_path / UNSENT
+    assert tracker.end() == RunFolder(tmp_path).unsent_metrics
     assert time.monotonic() - started < 3.0 + 5 + 5  # close_s, one request's timeout, slack
-    rows = [json.loads(line) for line in (tmp_path / UNSENT).read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in RunFolder(tmp_path).unsent_metrics.read_text().splitlines()
+    ]
     assert all(r["run_id"] == tracker.run_id for r in rows)
     unsent = sorted((r["key"], r["step"]) for r in rows)
     assert unsent == sorted((k, s) for s in range(10, 40) for k in ("loss", "acc"))
@@ -171,7 +173,8 @@ def test_a_ring_whose_tracking_server_is_gone_finishes_and_keeps_its_metrics(ray
     out = tmp_path / "out"
     summary = run_experiment(config, out, progress=False)
     assert summary["rounds_completed"] == 3 and summary["mlflow"]["run_id"] is None
-    rows = [json.loads(line) for line in (out / UNSENT).read_text().splitlines()]
+    unsent = RunFolder(out).unsent_metrics
+    rows = [json.loads(line) for line in unsent.read_text().splitlines()]
     keys = {(r["key"], r["step"]) for r in rows}
     assert {(f"client_{c}/local_acc", r) for c in range(4) for r in range(3)} <= keys
     assert {("local_acc_mean", r) for r in range(3)} <= keys

@@ -10,7 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ring_actors.client.core import ClientCore, ClientData
+from ring_actors.client.core import ClientCore
+from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload

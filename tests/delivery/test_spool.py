@@ -7,7 +7,8 @@ from concurrent.futures import Future
 
 import torch
 
-from ring_actors.client.core import ClientCore, ClientData
+from ring_actors.client.core import ClientCore
+from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.payloads import Payload

@@ -17,7 +17,7 @@ from tests.conftest import DATA_ROOT, needs_data
 
 pytestmark = [needs_data, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

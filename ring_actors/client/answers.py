@@ -1,0 +1,194 @@
+"""A client's answers to its peers and the coordinator: take a payload, serve a pull, adopt a
+view, hand a joiner its start. They run on the transport's threads and return at once, while
+the round loop trains on its own thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from ring_actors.algorithms import Algorithm
+from ring_actors.client.resources import ClientData
+from ring_actors.client.ring_lap import LapResult, RingLaps, is_lap
+from ring_actors.config import Config
+from ring_actors.coordinator.membership import View
+from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.inbox import Inbox
+from ring_actors.delivery.outbox import Outbox
+from ring_actors.delivery.payloads import Channel, JournalEntry, Payload, PayloadError
+from ring_actors.delivery.spool import Spool
+from ring_actors.delivery.transport import ClientHandle, ControlLink
+from topologies import Topology
+
+log = logging.getLogger(__name__)
+
+
+class PeerAnswers:
+    """The calls a client answers; mixed into :class:`~ring_actors.client.core.ClientCore`."""
+
+    id: int
+    config: Config
+    algorithm: Algorithm
+    device: torch.device
+    data: ClientData
+    lock: threading.Lock
+    view: View
+    handles: dict[int, ClientHandle]
+    inbox: Inbox
+    outbox: Outbox
+    laps: RingLaps
+    topology: Topology
+    published: dict[int, dict[str, torch.Tensor]]
+    last_push: Payload | None
+    recent_pushes: list[Payload]
+    pushed_to: set[int]
+    hand_off_tensors: dict[str, torch.Tensor]
+    expected: dict[str, tuple[int, ...]]
+    first_round: int
+    round: int
+    completed: int
+    rejected: int
+    journal_entries: list[JournalEntry]
+    spool: Spool | None
+    spool_lock: threading.Lock
+    checkpoint_path: Path | None
+    control: ControlLink
+
+    def receive(self, payload: Payload) -> bool:
+        """Validate and enqueue (or, for a ring lap, pass on); never blocks on training.
+
+        True acknowledges the delivery (a duplicate re-send is acknowledged but not queued
+        twice); False means rejected: malformed, non-finite, or from a bypassed member.
+        """
+        try:
+            if not isinstance(payload, Payload):
+                raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
+            expected = self.expected if payload.channel == Channel.SHARE else None
+            payload.validate(expected, self.config.schedule.max_payload_bytes)
+            return self._accept(payload)
+        except PayloadError as err:
+            return self._reject(str(err))
+        except Exception as err:  # noqa: BLE001 - one bad payload never harms the receiver
+            log.exception("client %d could not take a payload", self.id)
+            return self._reject(f"could not be taken: {err!r}")
+
+    def _accept(self, payload: Payload) -> bool:
+        with self.lock:
+            view = self.view
+        if payload.sender not in view.members and payload.epoch < view.epoch:
+            self.event(EventKind.STALE_PAYLOAD_DROPPED, self.round, f"from {payload.sender}")
+            return False  # from a member that was bypassed: it must not touch the ring
+        if is_lap(payload):
+            ahead = payload.round >= self.first_round and payload.round > self.completed
+            if self.laps.on_receive(payload, runs_round=ahead):
+                return True
+        with self.spool_lock:
+            if self.inbox.put(payload) and self.spool and payload.channel == Channel.SHARE:
+                self.spool.keep(payload)
+        return True
+
+    def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
+        """The pulled part of what this client published after ``round_`` (or later)."""
+        with self.lock:
+            rounds = sorted(r for r in self.published if r >= round_)
+            if not rounds:
+                return None
+            state = self.published[rounds[0]]
+            epoch = self.view.epoch
+        payload = Payload(
+            self.id,
+            rounds[0],
+            epoch,
+            seq=rounds[0],
+            tensors={k: state[k] for k in keys if k in state},
+            num_samples=len(self.data.train),
+            channel=Channel.PULLED,
+        )
+        self.outbox.count_served(payload)
+        return payload
+
+    def lap_result(self, name: str, round_: int) -> LapResult | None:
+        """A finished lap's total, for a client whose result token was lost."""
+        return self.laps.result(name, round_)
+
+    def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
+        """Adopt a newer membership view and re-route what the old one left undelivered.
+
+        Sends to members that are gone go to their replacements (a lap token to the new
+        successor), and every current out-neighbour gets the newest published payload.
+        """
+        with self.lock:
+            if view.epoch <= self.view.epoch:
+                return  # idempotent: an old or repeated broadcast changes nothing
+            self.view, self.handles = view, {**self.handles, **handles}
+            self.outbox.set_handles(handles)
+        pushes: list[Payload] = []
+        for flight in self.outbox.reroute(set(view.members)):
+            if is_lap(flight.payload):
+                successor = view.successor(self.id)
+                if successor is not None and successor not in flight.payload.lap.visited:
+                    self.outbox.send(successor, flight.payload)
+            elif flight.target in view.members:  # restarted: the same member, sent again
+                self.outbox.send(flight.target, flight.payload)
+            elif flight.payload.channel == Channel.SHARE:
+                pushes.append(flight.payload)
+        with self.lock:
+            last = self.last_push
+            fresh: set[int] = set()
+            if last is not None:
+                pushes.extend([*self.recent_pushes, last])
+                targets = set(self.topology.out_neighbours(view.members, self.id, last.round))
+                fresh = targets - self.pushed_to
+                self.pushed_to |= fresh
+        for target in sorted(fresh):
+            for payload in {id(p): p for p in pushes}.values():
+                self.outbox.send(target, payload)
+
+    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
+        """Give a newcomer what the method says it starts from (snapshotted each round)."""
+        with self.lock:
+            tensors = self.hand_off_tensors
+            epoch = self.view.epoch
+        if tensors:
+            self.outbox.set_handles({joiner: handle})
+            payload = Payload(
+                self.id,
+                max(self.completed, 0),
+                epoch,
+                seq=-1,
+                tensors=tensors,
+                num_samples=len(self.data.train),
+                channel=Channel.INIT,
+            )
+            self.outbox.send(joiner, payload)
+
+    def ping(self) -> int:
+        """Heartbeat: the last round this client finished."""
+        return self.completed
+
+    def journal(self) -> list[dict]:
+        """Every report sent to the coordinator, for a restarted coordinator to replay."""
+        with self.lock:
+            return [entry.to_dict() for entry in self.journal_entries]
+
+    def stats(self) -> dict:
+        """Counters for tests and debugging."""
+        return {
+            "round": self.round,
+            "completed": self.completed,
+            "epoch": self.view.epoch,
+            "inbox": len(self.inbox),
+            "rejected": self.rejected,
+            "hops": self.outbox.hops,
+            "bytes_sent": self.outbox.bytes_acked,
+        }
+
+    def _reject(self, reason: str) -> bool:
+        log.warning("client %d rejected a payload: %s", self.id, reason)
+        self.rejected += 1
+        self.event(EventKind.PAYLOAD_REJECTED, self.round, reason)
+        return False

@@ -1,0 +1,113 @@
+"""The run's outputs while it goes on and when it ends: the output files (``summary.json``
+says ``partial`` until the end), the MLflow run opened and closed, the summary."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ring_actors.config import Config
+from ring_actors.coordinator.health import Health
+from ring_actors.coordinator.membership import MembershipTable
+from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.run_summary import RunFacts, summarise_run
+from ring_actors.coordinator.tracking import Tracker, flatten, write_outputs
+from ring_actors.delivery.transport import ClientHandle
+from ring_actors.run_folder import RunFolder
+from ring_actors.timeouts import Timeouts
+
+OUTPUTS_EVERY_S = 5.0  # the output tables are rewritten at most this often while a run goes on
+
+
+class RunOutputs:
+    """The coordinator's output files and MLflow run; mixed into :class:`CoordinatorCore`."""
+
+    config: Config
+    timeouts: Timeouts
+    output_dir: Path
+    checkpoint_path: Path
+    tracker: Tracker
+    table: MembershipTable
+    handles: dict[int, ClientHandle]
+    lock: threading.RLock
+    results: Results
+    health: Health
+    stop_reason: str | None
+    outputs_at: float
+    rows_written: int
+
+    def _write_partial_outputs(self) -> None:
+        """The output files as they stand, so a run that dies keeps every finished round;
+        ``summary.json`` says ``partial`` until the run is finalized."""
+        now = time.monotonic()
+        with self.lock:
+            rows = self.results.rows
+            if len(rows) == self.rows_written or now - self.outputs_at < OUTPUTS_EVERY_S:
+                return
+            self.outputs_at, self.rows_written = now, len(rows)
+            summary = {**self.summary(self.results.now()), "partial": True}
+            config, rows, events = self.config.to_dict(), list(rows), list(self.results.events)
+        write_outputs(self.output_dir, config, summary, rows, events)
+
+    def open_tracking(self) -> None:
+        """Start the tracker's writer, which creates the MLflow run (a restarted coordinator
+        reopens its own) and then sends buffered metrics on its own thread: a slow or absent
+        tracking server never delays failure detection."""
+        config = self.config
+        tags = {
+            "algorithm": config.algorithm.name,
+            "dataset": config.data.dataset,
+            "topology": config.topology.kind,
+            "mode": config.schedule.mode,
+            "output_dir": str(self.output_dir),
+        }
+        if config.tracking.parent_run_id:  # MLflow shows the run under its sweep
+            tags["mlflow.parentRunId"] = config.tracking.parent_run_id
+        self.tracker.open(flatten(config.to_dict()), tags)
+
+    def finalize(self, wall_s: float) -> dict[str, Any]:
+        """Write the output files, log them to MLflow, close the run; return the summary."""
+        self.open_tracking()
+        with self.lock:
+            for round_, means in self.results.full_round_means():
+                self.tracker.add_metrics(means, round_)
+            summary = {**self.summary(wall_s), "partial": False}
+            self.tracker.add_metrics(
+                {
+                    "final_local_acc": summary["local_acc"]["mean"],
+                    "final_global_acc": summary["global_acc"]["mean"],
+                },
+                summary["rounds_completed"],
+            )
+            config, rows = self.config.to_dict(), list(self.results.rows)
+            events = list(self.results.events)
+        write_outputs(self.output_dir, config, summary, rows, events)
+        private = () if self.config.tracking.upload_checkpoints else RunFolder.PRIVATE
+        self.tracker.log_artifacts(self.output_dir, private)
+        unsent = self.tracker.end()
+        if unsent is not None:  # MLflow did not take everything: the summary says where it is
+            summary["mlflow"]["unsent_metrics"] = str(unsent)
+            write_outputs(self.output_dir, config, summary, rows, events)
+        return summary
+
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        live = self.table.live
+        return summarise_run(
+            self.config,
+            RunFacts(
+                members=len(self.table.members),
+                rounds_completed=min(
+                    (self.table.members[c].last_round + 1 for c in live), default=0
+                ),
+                ring_order=live,
+                rows=self.results.rows,
+                reports=self.results.reports(),
+                done=list(self.results.done.values()),
+                events=self.results.events,
+                stop_reason=self.stop_reason,
+                mlflow={"tracking_uri": self.tracker.uri, "run_id": self.tracker.run_id},
+            ),
+            wall_s,
+        )

@@ -1,0 +1,142 @@
+"""How the coordinator survives its own death: a record written before every change it acts
+on, read back by a restarted coordinator, and the clients' journals replayed for what they
+reported while nobody was recording."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ring_actors.config import Config
+from ring_actors.coordinator.health import Health
+from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
+from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.tracking import Tracker
+from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.payloads import JournalEntry
+from ring_actors.delivery.transport import ClientHandle, Pending
+from ring_actors.timeouts import Timeouts
+
+RECORD_EVERY_S = 0.5  # the record is rewritten at most this often, unforced
+
+
+class Recovery:
+    """The coordinator's checkpoint and restore; mixed into :class:`CoordinatorCore`."""
+
+    config: Config
+    timeouts: Timeouts
+    output_dir: Path
+    checkpoint_path: Path
+    tracker: Tracker
+    table: MembershipTable
+    handles: dict[int, ClientHandle]
+    lock: threading.RLock
+    results: Results
+    health: Health
+    stop_reason: str | None
+    find_client: Any
+    saved_at: float
+
+    def checkpoint(self, force: bool = False) -> None:
+        """Save what a restarted coordinator needs: at once before acting on a change,
+        else at most every ``RECORD_EVERY_S``."""
+        if not force and time.monotonic() - self.saved_at < RECORD_EVERY_S:
+            return
+        self.saved_at = time.monotonic()
+        results = self.results
+        write_record(
+            self.checkpoint_path,
+            CoordinatorRecord(
+                run_id=self.tracker.run_id,
+                table=self.table.to_record(),
+                elapsed_s=results.now(),
+                rows=results.rows,
+                events=results.events,
+                by_round={r: dict(reports) for r, reports in results.by_round.items()},
+                rounds_logged=sorted(results.rounds_logged),
+                done=results.done,
+                errors=results.errors,
+                hung=sorted(self.health.hung),
+                healing=self.health.healing,
+                unsent_metrics=self.tracker.unsent(),
+            ),
+        )
+
+    def restore(self, adopt_clients: bool = True) -> bool:
+        """Come back after a crash: membership and results from the checkpoint, what the
+        clients reported since from their journals; views go out again on the next pass.
+        False when there is no checkpoint (a new run). Without ``adopt_clients`` (a run
+        resumed by a new driver) the clients register anew and ``resume_run`` follows."""
+        saved = read_record(self.checkpoint_path)
+        if saved is None:
+            return False
+        with self.lock:
+            self.tracker.run_id = saved.run_id
+            self.tracker.requeue(saved.unsent_metrics)
+            self.table = MembershipTable.from_record(saved.table)
+            results = self.results
+            results.started_at = time.monotonic() - saved.elapsed_s
+            results.rows, results.events = saved.rows, saved.events
+            results.by_round.update(saved.by_round)
+            results.rounds_logged = set(saved.rounds_logged)
+            results.done, results.errors = saved.done, saved.errors
+            self.health.hung, self.health.healing = set(saved.hung), saved.healing
+            if not adopt_clients:
+                return True
+            for client_id in self.table.live:
+                handle = self.find_client(client_id)
+                if handle is None:  # gone while we were down
+                    self._mark_dead(
+                        client_id, EventKind.CRASH, "gone while the coordinator was down"
+                    )
+                else:
+                    self.handles[client_id] = handle
+                    self.health.heard(client_id)
+            journals = {c: self.handles[c].journal() for c in self.table.live}
+        self._replay_journals(journals)
+        return True
+
+    def resume_run(self) -> None:
+        """Continue a resumed run: every registered live member from its own checkpoint."""
+        with self.lock:
+            running = [c for c in self.table.live if c not in self.results.done]
+            for client_id in running:
+                self.table.members[client_id].state = MemberState.RUNNING
+                self.health.heard(client_id)
+            journals = {c: self.handles[c].journal() for c in running}
+        self._replay_journals(journals)
+        with self.lock:
+            self._event(EventKind.RUN_RESUMED, -1, -1, f"members {running}")
+            self.checkpoint(force=True)
+            self._broadcast()
+            for client_id in running:
+                self.handles[client_id].resume()
+
+    def _replay_journals(self, journals: dict[int, Pending[list[dict]]]) -> None:
+        """Apply what the clients reported while nobody recorded it."""
+        replayed = 0
+        for client_id, answer in journals.items():
+            try:
+                entries = answer.result(self.timeouts.journal_s)
+            except Exception:  # noqa: BLE001 - gone or silent: the probes will settle it
+                continue
+            for entry in entries:
+                replayed += self._replay(client_id, JournalEntry.from_dict(entry))
+        with self.lock:
+            self._event(
+                EventKind.COORDINATOR_RESTORED, -1, -1, f"replayed {replayed} client reports"
+            )
+
+    def _replay(self, client_id: int, entry: JournalEntry) -> int:
+        """Apply one journal entry a client kept; 1 if it was news to us."""
+        if entry.kind == "round" and not self.results.has_round(client_id, entry.round):
+            self.report_round(client_id, entry.round, entry.metrics)
+            return 1
+        if entry.kind == "done" and client_id not in self.results.done:
+            m = entry.metrics
+            self.report_done(client_id, int(m["lost"]), int(m["hops"]), int(m["bytes_sent"]))
+            return 1
+        return 0

@@ -1,0 +1,93 @@
+"""What a run has produced so far: round reports, evaluated rows, events, client errors and
+each client's final counts, on one clock. The coordinator is the only writer, under its lock."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from ring_actors.coordinator.run_summary import round_means
+from ring_actors.delivery.events import EventKind
+
+MAX_EVENTS = 100_000  # events kept for the summary; a long faulty run must not grow without end
+
+
+class Results:
+    """A run's results, kept until the run is finalized; what goes to MLflow is returned to
+    the caller, which owns the tracker."""
+
+    def __init__(self) -> None:
+        self.started_at = time.monotonic()
+        self.rows: list[dict[str, Any]] = []  # one per client per evaluated round
+        self.events: list[dict[str, Any]] = []
+        self.by_round: dict[int, dict[int, dict[str, float]]] = defaultdict(dict)
+        self.rounds_logged: set[int] = set()  # rounds whose client means went to MLflow
+        self.done: dict[int, dict[str, int]] = {}  # each finished client's final counts
+        self.errors: list[dict[str, Any]] = []  # client failures, tracebacks included
+
+    def now(self) -> float:
+        """Seconds since the rounds began: the events' clock."""
+        return time.monotonic() - self.started_at
+
+    def event(
+        self,
+        kind: EventKind,
+        client_id: int,
+        round_: int,
+        epoch: int,
+        detail: str,
+        **measured: float,
+    ) -> None:
+        if len(self.events) >= MAX_EVENTS:
+            return
+        self.events.append(
+            {
+                "time_s": self.now(),
+                "kind": EventKind(kind).value,  # an unknown kind fails here, not in a report
+                "client": client_id,
+                "round": round_,
+                "epoch": epoch,
+                "detail": detail,
+                **measured,
+            }
+        )
+
+    def has_round(self, client_id: int, round_: int) -> bool:
+        return client_id in self.by_round.get(round_, {})
+
+    def record_round(
+        self, client_id: int, round_: int, metrics: dict[str, float]
+    ) -> dict[str, float]:
+        """One client's report of one round; the metrics to log (none for a repeated one)."""
+        if self.has_round(client_id, round_):
+            return {}  # idempotent under retries
+        self.by_round[round_][client_id] = metrics
+        if any(k.startswith("local_") for k in metrics):
+            row = {"client": client_id, "round": round_, "time_s": self.now(), **metrics}
+            self.rows.append(row)
+        return {f"client_{client_id}/{k}": v for k, v in metrics.items()}
+
+    def reports(self) -> list[dict[str, float]]:
+        return [m for reports in self.by_round.values() for m in reports.values()]
+
+    def latest_means(self) -> dict[str, float]:
+        """Client means of the newest round every live member has reported."""
+        if not self.rounds_logged:
+            return {}
+        round_ = max(self.rounds_logged)
+        means = round_means(self.by_round[round_].values())
+        keys = ("local_acc_mean", "global_acc_mean", "loss_mean")
+        return {"round": round_, **{k: means[k] for k in keys if k in means}}
+
+    def full_round_means(self, live: set[int] | None = None) -> list[tuple[int, dict[str, float]]]:
+        """Each round's client means, once: when every live member has reported it, or, with
+        ``live`` None (the run is over), whatever was reported. (round, means) to log."""
+        ready = []
+        for round_ in sorted(self.by_round):
+            reports = self.by_round[round_]
+            if round_ in self.rounds_logged or (live is not None and not live <= set(reports)):
+                continue
+            self.rounds_logged.add(round_)
+            ready.append((round_, round_means(reports.values())))
+        return ready
