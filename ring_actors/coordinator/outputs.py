@@ -3,38 +3,20 @@ says ``partial`` until the end), the MLflow run opened and closed, the summary."
 
 from __future__ import annotations
 
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from ring_actors.config import Config
-from ring_actors.coordinator.health import Health
-from ring_actors.coordinator.membership import MembershipTable
-from ring_actors.coordinator.results import Results
 from ring_actors.coordinator.run_summary import RunFacts, summarise_run
-from ring_actors.coordinator.tracking import Tracker, flatten, write_outputs
-from ring_actors.delivery.transport import ClientHandle
+from ring_actors.coordinator.state import CoordinatorState
+from ring_actors.coordinator.tracking import flatten, write_outputs
 from ring_actors.run_folder import RunFolder
-from ring_actors.timeouts import Timeouts
 
 OUTPUTS_EVERY_S = 5.0  # the output tables are rewritten at most this often while a run goes on
 
 
-class RunOutputs:
+class RunOutputs(CoordinatorState):
     """The coordinator's output files and MLflow run; mixed into :class:`CoordinatorCore`."""
 
-    config: Config
-    timeouts: Timeouts
-    output_dir: Path
-    checkpoint_path: Path
-    tracker: Tracker
-    table: MembershipTable
-    handles: dict[int, ClientHandle]
-    lock: threading.RLock
-    results: Results
-    health: Health
-    stop_reason: str | None
     outputs_at: float
     rows_written: int
 

@@ -4,39 +4,22 @@ reported while nobody was recording."""
 
 from __future__ import annotations
 
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from ring_actors.config import Config
-from ring_actors.coordinator.health import Health
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
-from ring_actors.coordinator.results import Results
-from ring_actors.coordinator.tracking import Tracker
+from ring_actors.coordinator.state import CoordinatorState
 from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.payloads import JournalEntry
-from ring_actors.delivery.transport import ClientHandle, Pending
-from ring_actors.timeouts import Timeouts
+from ring_actors.delivery.transport import Pending
 
 RECORD_EVERY_S = 0.5  # the record is rewritten at most this often, unforced
 
 
-class Recovery:
+class Recovery(CoordinatorState):
     """The coordinator's checkpoint and restore; mixed into :class:`CoordinatorCore`."""
 
-    config: Config
-    timeouts: Timeouts
-    output_dir: Path
-    checkpoint_path: Path
-    tracker: Tracker
-    table: MembershipTable
-    handles: dict[int, ClientHandle]
-    lock: threading.RLock
-    results: Results
-    health: Health
-    stop_reason: str | None
     find_client: Any
     saved_at: float
 
