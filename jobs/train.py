@@ -137,11 +137,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config error: {err}", file=sys.stderr)
             return 2
         return 0
+    from ring_actors.admission import AdmissionError
     from ring_actors.runtime.driver import run_experiment  # Ray is imported only for a valid config
+    from ring_actors.runtime.launch import LaunchError
 
     output_dir = args.resume or args.output_dir
     resume = args.resume is not None
-    summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
+    try:
+        summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
+    except (AdmissionError, LaunchError) as err:
+        print(f"launch error: {err}", file=sys.stderr)
+        return 3
     print(format_table(summary))
     events = summary["events"]
     print(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ring_actors.admission import CONTROL_PLANE_GB, client_gb, need_gb, node_memory
 from ring_actors.config import Config, ConfigError, PartitionSection
 from ring_actors.data.sources import DATASETS, DatasetError, dataset_facts
 from ring_actors.method_factory import build_algorithm
@@ -15,9 +16,6 @@ from ring_actors.models import BACKBONES
 from ring_actors.plugins.methods import PluginError, known_names, resolve_algorithm
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from topologies import TOPOLOGIES
-
-CLIENT_GB = 0.45  # private memory of one cnn client process (benchmarks/client_memory.py)
-COORDINATOR_GB = 0.35
 
 
 def list_choices(paper_dir: Path) -> str:
@@ -90,8 +88,9 @@ def describe_plan(config: Config) -> str:
             f"{total * clients.num_gpus:g} GPUs asked of the cluster",
             f"this node: {cores} cores, {node['GPU']} GPUs; {limit} compute slots, "
             f"{threads_per_slot(limit, node)} torch threads per computing client",
-            f"memory:    about {total * CLIENT_GB + COORDINATOR_GB:.1f} GB "
-            f"({CLIENT_GB} GB per client process, {COORDINATOR_GB} GB coordinator)",
+            f"memory:    about {need_gb(config):.1f} GB ({client_gb(config):.2f} GB per client "
+            f"process, {CONTROL_PLANE_GB} GB for Ray, the driver and the coordinator)"
+            + _memory_here(),
             f"method:    {config.algorithm.name}, {hop_bytes / 1e6:.3f} MB per hop "
             f"({config.topology.kind} topology, {config.schedule.mode})",
             *(
@@ -105,6 +104,13 @@ def describe_plan(config: Config) -> str:
             ),
         ]
     )
+
+
+def _memory_here() -> str:
+    memory = node_memory()
+    if memory is None:
+        return ""
+    return f"; this node has {memory.usable_gb:.1f} GB usable before Ray's memory monitor acts"
 
 
 def _nbytes(tensors: dict) -> int:

@@ -70,6 +70,11 @@ class RunFolder:
         """A client's checkpoint in a clients folder (which a cluster may place elsewhere)."""
         return clients / f"client-{client_id}.pt"
 
+    @staticmethod
+    def failed_starts_in(clients: Path, client_id: int) -> Path:
+        """How many of a client's starts the fault plan's ``fail_start`` has failed so far."""
+        return clients / f"client-{client_id}.failed-starts"
+
     def holds_run(self) -> bool:
         """Whether a run was started here (its coordinator wrote a record)."""
         return self.coordinator_record.exists()

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ring_actors.config import ScheduleSection
+    from ring_actors.config import ClientsSection, ScheduleSection
 
 LAP_FETCH_CAP_S = 5.0  # a lap result is a small call to one peer: never wait long for it
 RESEND_CAP_S = 1.0  # a send to a peer being restarted is tried again at least this often
 RECONCILE_CAP_S = 0.2  # the coordinator's reconcile pass runs at least this often
 SLOT_LEASE_S = 10.0  # a compute slot not renewed this long goes back to its pool
+LAUNCH_PAUSE_CAP_S = 1.0  # between a failed client start and the next; the launch's poll
 
 
 @dataclass(frozen=True)
@@ -52,4 +53,23 @@ class Timeouts:
             stall_s=schedule.stall_hops * hop_s,
             reconcile_s=min(RECONCILE_CAP_S, schedule.heartbeat_s),
             slot_lease_s=SLOT_LEASE_S,
+        )
+
+
+@dataclass(frozen=True)
+class LaunchTimeouts:
+    """The launch's waits (``runtime/launch.py``), from ``clients.start_timeout_s``."""
+
+    construct_s: float  # one attempt at a client actor: placed, process started, constructed
+    retry_pause_s: float  # after a failed attempt, before the next (Ray frees the actor's name)
+    poll_s: float  # the launch looks at expired attempts and memory at least this often
+
+    @classmethod
+    def from_clients(cls, clients: ClientsSection) -> LaunchTimeouts:
+        """An attempt may take the whole start timeout; pauses stay short beside it."""
+        start_s = clients.start_timeout_s
+        return cls(
+            construct_s=start_s,
+            retry_pause_s=min(LAUNCH_PAUSE_CAP_S, start_s / 10),
+            poll_s=min(LAUNCH_PAUSE_CAP_S, start_s / 10),
         )

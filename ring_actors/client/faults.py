@@ -6,9 +6,11 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from ring_actors.config import FaultSection
+from ring_actors.run_folder import RunFolder
 
 
 class InjectedError(RuntimeError):
@@ -49,6 +51,23 @@ def strike(
             actions.freeze(entry.for_s)
         if client_id in entry.error:
             raise InjectedError(f"client {client_id}: injected error in round {round_}")
+
+
+def fail_start(plan: Sequence[FaultSection], client_id: int, state_dir: Path) -> None:
+    """Raise in this client's constructor if the plan's ``fail_start`` says so.
+
+    Each attempt is a new process, so the attempts made so far are counted in a file of the
+    run's client state folder: the first ``times`` of them fail, later ones go through.
+    """
+    times = sum(entry.times for entry in plan if client_id in entry.fail_start)
+    if not times:
+        return
+    marker = RunFolder.failed_starts_in(state_dir, client_id)
+    failed = int(marker.read_text()) if marker.exists() else 0
+    if failed < times:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(str(failed + 1))
+        raise InjectedError(f"client {client_id}: injected start failure {failed + 1} of {times}")
 
 
 def slow_delay(plan: Sequence[FaultSection], client_id: int, round_: int) -> float:

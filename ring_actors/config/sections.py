@@ -102,6 +102,10 @@ class ClientsSection:
     # predecessor's hand-off through the method's ``init_from``, as the papers do, or
     # ``fresh``, the ablation that shows what the hand-off is worth.
     join_start: Literal["hand_off", "fresh"] = "hand_off"
+    # A client whose actor still cannot be built after its retries (runtime/launch.py):
+    # ``stop`` ends the launch naming it; ``drop`` leaves it out, and the ring forms without it
+    # (a resumed run always stops: its checkpoint expects every member back).
+    on_launch_failure: Literal["stop", "drop"] = "stop"
 
     def __post_init__(self) -> None:
         check(
@@ -219,7 +223,7 @@ class RaySection:
     py_modules: tuple[str, ...] = ()
 
 
-CLIENT_FAULT_ACTIONS = ("crash", "hang", "slow", "error", "kill_node")  # each names client ids
+CLIENT_FAULT_ACTIONS = ("crash", "hang", "slow", "error", "kill_node", "fail_start")  # client ids
 FAULT_ACTIONS = (*CLIENT_FAULT_ACTIONS, "join", "kill_coordinator")
 
 
@@ -235,6 +239,9 @@ class FaultSection:
     begins that round, which is the first they train. ``kill_node``: every client
     on the node that hosts each listed client dies at once. ``kill_coordinator``: the
     coordinator is killed; Ray restarts it and it recovers from its checkpoint.
+    ``fail_start``: these clients' actor constructors raise, the first ``times`` attempts of
+    each (``at_round`` must be 0: construction comes before round 0), as a node under pressure
+    fails a start; the launch retries them (``clients.on_launch_failure``).
     """
 
     at_round: int
@@ -247,6 +254,8 @@ class FaultSection:
     join: int = 0
     kill_node: tuple[int, ...] = ()
     kill_coordinator: bool = False
+    fail_start: tuple[int, ...] = ()
+    times: int = 1
 
     def __post_init__(self) -> None:
         check(self.at_round >= 0, "faults[].at_round", "an int >= 0", self.at_round)
@@ -260,6 +269,9 @@ class FaultSection:
         check(self.for_s >= 0, "faults[].for_s", "a number >= 0", self.for_s)
         check(self.delay_s >= 0, "faults[].delay_s", "a number >= 0", self.delay_s)
         check(self.join >= 0, "faults[].join", "an int >= 0 (clients joining)", self.join)
+        check(self.times >= 1, "faults[].times", "an int >= 1 (failed starts)", self.times)
+        if self.fail_start:
+            check(self.at_round == 0, "faults[].at_round", "0 for fail_start", self.at_round)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import ray
 import torch
 
 from ring_actors.client.core import ClientCore
-from ring_actors.client.faults import ProcessFaults
+from ring_actors.client.faults import ProcessFaults, fail_start
 from ring_actors.client.ring_lap import LapResult
 from ring_actors.config import Config
 from ring_actors.coordinator.membership import View
@@ -53,6 +53,7 @@ class ClientActor:
         run_key: str,
         resume: bool = False,
     ) -> None:
+        fail_start(config.faults, client_id, Path(state_dir))
         context = ray.get_runtime_context()
         clients = config.clients
         node = node_resources(context.get_node_id())

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -17,20 +18,23 @@ import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
 
+from ring_actors.admission import check_memory, client_gb, node_memory
 from ring_actors.client.faults import driver_faults_due
 from ring_actors.config import Config, FaultSection, check_backbone_for
 from ring_actors.coordinator.tracking import resolve_tracking_uri
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
-from ring_actors.data.sources import load_dataset
+from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.client_actor import ClientActor
 from ring_actors.runtime.coordinator_actor import Coordinator
+from ring_actors.runtime.launch import LaunchError, Started, settle, start_clients, start_width
 from ring_actors.runtime.ray_transport import CALLEE_DIED
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
 from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
+from ring_actors.timeouts import LaunchTimeouts
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +64,15 @@ class Experiment:
     admitted: set[int] = field(default_factory=set)
     slot_pools: dict[str, ray.actor.ActorHandle] = field(default_factory=dict)
 
-    def create_clients(self, ids: list[int]) -> None:
-        """Start client actors for ``ids`` and record where they landed."""
+    def create_clients(self, ids: list[int]) -> Started:
+        """Start client actors for ``ids`` in waves and record where they landed.
+
+        Returns what was built and what was not; ``launch`` applies the failure policy.
+        """
         state_dir = str(RunFolder(self.output_dir).clients)
-        handles = {
-            i: CLIENT.options(
+
+        def build(i: int) -> ray.actor.ActorHandle:
+            return CLIENT.options(
                 **self.client_options, name=actor_name(self.run_key, f"client-{i}")
             ).remote(
                 i,
@@ -77,18 +85,19 @@ class Experiment:
                 self.run_key,
                 self.resume,
             )
-            for i in ids
-        }
-        self.clients.update(handles)
-        refs = [h.describe.remote() for h in handles.values()]
-        ready, _ = ray.wait(
-            refs, num_returns=len(refs), timeout=self.config.clients.start_timeout_s
+
+        per_client = client_gb(self.config)
+        started = start_clients(
+            ids,
+            build,
+            LaunchTimeouts.from_clients(self.config.clients),
+            start_width(ray.cluster_resources().get("CPU", 1)),
+            room=lambda: _has_room(per_client),
         )
-        if len(ready) < len(refs):
-            raise PlacementError(_placement_message(self.config, len(refs) - len(ready)))
-        facts = ray.get(refs)
-        self.placement.update(zip(handles, facts, strict=True))
+        self.clients.update(started.handles)
+        self.placement.update(started.facts)
         self.start_slot_pools()
+        return started
 
     def start_slot_pools(self) -> None:
         """One compute-slot pool on every node that hosts clients (once per node)."""
@@ -126,8 +135,14 @@ class Experiment:
         return ids
 
 
-class PlacementError(RuntimeError):
+class PlacementError(LaunchError):
     """The cluster cannot host every client the config asks for."""
+
+
+def _has_room(per_client_gb: float) -> bool:
+    """Whether this node has the memory for one more client process right now."""
+    memory = node_memory()
+    return memory is None or memory.usable_gb >= per_client_gb
 
 
 def _demand(config: Config) -> dict[str, float]:
@@ -200,30 +215,17 @@ def check_output_dir(output_dir: Path) -> None:
         )
 
 
-def launch(config: Config, output_dir: Path | None = None, resume: bool = False) -> Experiment:
-    """Load and split the data once, put it in the object store, and start every actor.
-
-    With ``resume`` the run in ``output_dir`` continues: the coordinator from its checkpoint,
-    every client from its own.
-    """
-    output_dir = (output_dir or default_output_dir(config)).resolve()
-    if resume:
-        if not RunFolder(output_dir).holds_run():
-            raise FileNotFoundError(
-                f"{output_dir} holds no run to resume ({RunFolder.COORDINATOR})"
-            )
-    else:
-        check_output_dir(output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        RunFolder(output_dir).config.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+def _load_and_split(config: Config) -> tuple[DatasetArrays, list[ClientSplit]]:
+    """The dataset and every client's part of it (run beside Ray's start)."""
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     check_backbone_for(config, dataset.input_shape, dataset.num_classes)
-    splits = split_for(config, dataset)
-    if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
-        check_capacity(config)
-    data_ref = ray.put(dataset)  # once; every client indexes its own part
-    global_test_ref = ray.put(global_test_set(config, dataset, splits))
+    return dataset, split_for(config, dataset)
 
+
+def _start_coordinator(
+    config: Config, output_dir: Path, resume: bool
+) -> tuple[ray.actor.ActorHandle, str]:
+    """The coordinator (not awaited: its first call waits for it) and the run's actor key."""
     run_key = uuid.uuid4().hex[:12]
     # The coordinator lives beside the driver and its checkpoint; Ray restarts it after a
     # crash and re-sends the calls that were in flight.
@@ -247,6 +249,48 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
             resume,
         )
     )
+    return coordinator, run_key
+
+
+def _runs_here(address: str | None) -> bool:
+    """Whether every actor of the run lands on this machine: a local Ray, or one node."""
+    if ray.is_initialized():
+        nodes = [node for node in ray.nodes() if node["Alive"]]
+        return len(nodes) == 1 and nodes[0]["NodeID"] == ray.get_runtime_context().get_node_id()
+    return not (address or os.environ.get("RAY_ADDRESS"))
+
+
+def launch(config: Config, output_dir: Path | None = None, resume: bool = False) -> Experiment:
+    """Load and split the data once, put it in the object store, and start every actor.
+
+    A plan this node has not the memory for stops before anything starts. The data loads
+    while Ray and the coordinator start. With ``resume`` the run in ``output_dir`` continues:
+    the coordinator from its checkpoint, every client from its own.
+    """
+    if _runs_here(config.ray.address):
+        check_memory(config, node_memory())
+    output_dir = (output_dir or default_output_dir(config)).resolve()
+    if resume:
+        if not RunFolder(output_dir).holds_run():
+            raise FileNotFoundError(
+                f"{output_dir} holds no run to resume ({RunFolder.COORDINATOR})"
+            )
+    else:
+        check_output_dir(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        RunFolder(output_dir).config.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    with ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(_load_and_split, config)
+        if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
+            check_capacity(config)
+        coordinator, run_key = _start_coordinator(config, output_dir, resume)
+        try:
+            dataset, splits = loading.result()
+        except BaseException:
+            ray.kill(coordinator)
+            raise
+    data_ref = ray.put(dataset)  # once; every client indexes its own part
+    global_test_ref = ray.put(global_test_set(config, dataset, splits))
     client_options = dict(
         num_cpus=config.clients.num_cpus,
         num_gpus=config.clients.num_gpus,
@@ -269,8 +313,16 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
         resume,
     )
     try:
-        experiment.create_clients(list(range(config.total_clients)))
+        started = experiment.create_clients(list(range(config.total_clients)))
+        unplaced = started.failures and started.timed_out == set(started.failures)
+        if unplaced and (config.clients.on_launch_failure == "stop" or resume):
+            raise PlacementError(_placement_message(config, len(started.timed_out)))
+        dropped = settle(
+            started, set(range(config.clients.count)), config.clients.on_launch_failure, resume
+        )
         for i in range(config.total_clients if resume else config.clients.count):
+            if i in dropped:
+                continue
             node, handle = experiment.placement[i]["node_id"], experiment.clients[i]
             if resume:  # the members the checkpoint knows, joiners included
                 if ray.get(coordinator.adopt.remote(i, handle, node)):

@@ -89,6 +89,7 @@ def test_files_a_config_names_are_checked_before_ray(tmp_path):
 def test_dry_run_checks_the_data_and_prints_the_plan():
     out, imported_ray = run("--dry-run", f"data.root={DATA_ROOT}", "clients.count=4")
     assert "(found)" in out and "4 (4 at the start)" in out and "MB per hop" in out
+    assert "about 3.6 GB (0.42 GB per client process, 1.9 GB for Ray" in out  # as launch checks
     assert not imported_ray
 
 

@@ -1,0 +1,102 @@
+"""Refuse, before anything starts, a plan that would run this node out of memory.
+
+Ray's memory monitor kills processes once the node passes its threshold, and a launch past it
+loses clients in their constructors, then the slot pool and the coordinator (RESULTS.md, the
+50-client scale point). The figures below are measured; the check compares them with what
+``/proc/meminfo`` says is available now.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from ring_actors.config import Config
+from ring_actors.plugins.paths import is_plugin_path
+
+# Growth of the whole process tree's PSS per client, 8 -> 16 -> 32 clients of the small CNN
+# (FedAvg 0.405-0.414 GB, DRDFL 0.392-0.405 GB; benchmarks/RESULTS.md, "Scale curve").
+CLIENT_GB = 0.42
+# The same lines' intercept: Ray's own processes, the driver, the coordinator and the slot pool
+# (FedAvg 1.89 GB, DRDFL 1.67 GB).
+CONTROL_PLANE_GB = 1.9
+# A larger backbone adds its parameters about four times per client (the weights, their
+# gradients, the optimiser's momentum and a received model): an estimate, not yet measured.
+PARAMETER_COPIES = 4
+MEASURED_BACKBONES = ("cnn", "cnn_bn")
+# Ray's memory monitor kills workers above this fraction of the node's memory.
+RAY_THRESHOLD_ENV = "RAY_memory_usage_threshold"
+RAY_DEFAULT_THRESHOLD = 0.95
+
+
+class AdmissionError(RuntimeError):
+    """The plan needs more memory than this node has available."""
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """What ``/proc/meminfo`` says, in GB."""
+
+    available_gb: float
+    total_gb: float
+
+    @property
+    def usable_gb(self) -> float:
+        """Available memory less what Ray's memory monitor keeps free."""
+        threshold = float(os.environ.get(RAY_THRESHOLD_ENV, RAY_DEFAULT_THRESHOLD))
+        return self.available_gb - (1 - threshold) * self.total_gb
+
+
+def node_memory() -> NodeMemory | None:
+    """This machine's available and total memory; None where ``/proc/meminfo`` is missing."""
+    try:
+        with open("/proc/meminfo") as handle:
+            fields = {line.split(":")[0]: int(line.split()[1]) for line in handle}
+    except (OSError, ValueError, IndexError):
+        return None
+    if "MemAvailable" not in fields:
+        return None
+    return NodeMemory(fields["MemAvailable"] / 2**20, fields["MemTotal"] / 2**20)
+
+
+def client_gb(config: Config) -> float:
+    """Memory one client process adds: measured for the small CNN, estimated above it."""
+    backbone = getattr(config.algorithm.options, "backbone", "cnn")
+    if backbone in MEASURED_BACKBONES or is_plugin_path(backbone):
+        return CLIENT_GB
+    import torch
+
+    from ring_actors.models import build_backbone
+
+    with torch.device("meta"):  # counts parameters without allocating them
+        extra = build_backbone(backbone, (3, 32, 32), 100)
+        small = build_backbone("cnn", (3, 32, 32), 100)
+    nbytes = sum(p.numel() * p.element_size() for p in extra.parameters())
+    nbytes -= sum(p.numel() * p.element_size() for p in small.parameters())
+    return CLIENT_GB + PARAMETER_COPIES * max(0, nbytes) / 1e9
+
+
+def need_gb(config: Config) -> float:
+    """The whole plan on one node: every client (joiners included) and the control plane."""
+    return config.total_clients * client_gb(config) + CONTROL_PLANE_GB
+
+
+def check_memory(config: Config, memory: NodeMemory | None) -> None:
+    """Raise :class:`AdmissionError` with the numbers when the plan does not fit ``memory``."""
+    if memory is None:
+        return
+    per_client, total = client_gb(config), config.total_clients
+    need = need_gb(config)
+    if need <= memory.usable_gb:
+        return
+    fits = max(0, math.floor((memory.usable_gb - CONTROL_PLANE_GB) / per_client))
+    raise AdmissionError(
+        f"not enough memory on this node for {total} clients: they need about {need:.1f} GB "
+        f"({total} x {per_client:.2f} GB per client process + {CONTROL_PLANE_GB} GB for Ray, "
+        f"the driver and the coordinator), and this node has {memory.available_gb:.1f} GB "
+        f"available of {memory.total_gb:.1f} GB, {memory.usable_gb:.1f} GB below the point "
+        f"where Ray's memory monitor kills processes. About {fits} clients fit here: lower "
+        "clients.count (with clients.reserve and the fault plan's joins), or run on a cluster "
+        "of more nodes (ray.address) so each node hosts fewer clients."
+    )
