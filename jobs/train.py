@@ -136,11 +136,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config error: {err}", file=sys.stderr)
             return 2
         return 0
-    from ring_actors.runtime.driver import run_experiment  # Ray is imported only for a valid config
+    # Ray is imported only for a valid config
+    from ring_actors.runtime.driver import CoordinatorLost, run_experiment
 
     output_dir = args.resume or args.output_dir
     resume = args.resume is not None
-    summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
+    try:
+        summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
+    except CoordinatorLost as err:
+        print(f"run stopped: {err}", file=sys.stderr)
+        return 1
     print(format_table(summary))
     events = summary["events"]
     print(

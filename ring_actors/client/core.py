@@ -32,6 +32,14 @@ from ring_actors.data.images import LabelledImages
 from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.outbox import Outbox
+from ring_actors.delivery.payload_checks import (
+    Bounds,
+    check_tensors,
+    derived_limit,
+    expected_for,
+    model_bytes,
+    specs,
+)
 from ring_actors.delivery.payloads import (
     Channel,
     JournalEntry,
@@ -42,6 +50,7 @@ from ring_actors.delivery.payloads import (
 )
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ClientHandle, ControlLink, PeerGone, wait_all
+from ring_actors.durable import write_atomic
 from ring_actors.timeouts import Timeouts
 from topologies import build_topology
 
@@ -120,6 +129,16 @@ class ClientCore:
         self.shared_shapes = _shapes(algorithm.shared_state())
         self.expected = _shapes(offer) if offer is not None else self.shared_shapes
         self.hand_off_tensors = detach_to_cpu(algorithm.hand_off_state())
+        # What each channel must hold, by name, shape and dtype; the size limit, unless set,
+        # is what this method can send at most.
+        shared = algorithm.shared_state()
+        self.share_specs = specs(offer if offer is not None else shared)
+        self.shared_specs = specs(shared)
+        self.init_specs = specs(self.hand_off_tensors)
+        self.max_payload_bytes = config.schedule.max_payload_bytes or derived_limit(
+            model_bytes(algorithm, shared, self.hand_off_tensors), config.total_clients
+        )
+        self.bounds = Bounds(config.experiment.rounds, epoch_lead=3 * config.total_clients + 8)
 
         self.inbox = Inbox()
         self.lock = threading.Lock()
@@ -155,8 +174,15 @@ class ClientCore:
         try:
             if not isinstance(payload, Payload):
                 raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
-            expected = self.expected if payload.channel == Channel.SHARE else None
-            payload.validate(expected, self.config.schedule.max_payload_bytes)
+            payload.validate(None, self.max_payload_bytes)
+            self.bounds.check(payload, self.current_view.epoch)
+            if payload.channel == Channel.PULLED:
+                raise PayloadError("pulled state comes only as the answer to a pull")
+            expected = expected_for(payload.channel, self.share_specs, self.init_specs)
+            if expected is not None:
+                if not payload.tensors:
+                    raise PayloadError(f"{payload.channel.value} payload with no tensors")
+                check_tensors(payload, expected)
             return self._accept(payload)
         except PayloadError as err:
             return self._reject(str(err))
@@ -175,8 +201,11 @@ class ClientCore:
             if self.laps.on_receive(payload, runs_round=ahead):
                 return True
         with self.spool_lock:
-            if self.inbox.put(payload) and self.spool and payload.channel == Channel.SHARE:
+            # Saved before it is queued: a push the spool cannot keep is refused whole (the
+            # sender sends it again), never merged unsaved nor acknowledged and forgotten.
+            if self.spool and payload.channel == Channel.SHARE and not self.inbox.has(payload):
                 self.spool.keep(payload)
+            self.inbox.put(payload)
         return True
 
     def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
@@ -488,7 +517,7 @@ class ClientCore:
                     raise answer
                 if answer is None:
                     raise PayloadError("nothing published for that round")
-                answer.validate({k: self.shared_shapes[k] for k in plan[sender]})
+                self._check_pulled(answer, sender, round_of[sender], plan[sender])
                 pulled.append(answer)
             except PayloadError as err:
                 self._reject(str(err))
@@ -496,6 +525,23 @@ class ClientCore:
                 self.event(EventKind.PULL_FAILED, self.round, f"from {sender}: {err!r}")
                 self._report_unreachable(sender)
         return pulled
+
+    def _check_pulled(
+        self, answer: object, sender: int, round_: int, keys: tuple[str, ...]
+    ) -> None:
+        """A pull's answer: a valid PULLED payload of ``sender``'s, of ``round_`` or a later
+        round of this run, holding exactly ``keys`` as this method holds them."""
+        if not isinstance(answer, Payload):
+            raise PayloadError(f"pull from {sender}: expected a Payload, got {type(answer)}")
+        answer.validate(None, self.max_payload_bytes)
+        self.bounds.check(answer, self.current_view.epoch)
+        if answer.channel != Channel.PULLED or answer.sender != sender:
+            raise PayloadError(
+                f"pull from {sender}: answered with a {answer.channel} payload of {answer.sender}"
+            )
+        if answer.round < round_:
+            raise PayloadError(f"pull from {sender}: round {answer.round}, asked {round_}")
+        check_tensors(answer, self.shared_specs, keys)
 
     def _publish(self, round_: int) -> None:
         """Snapshot what a joiner gets, then push the shared state or the offer."""
@@ -539,8 +585,6 @@ class ClientCore:
         """The private state after ``round_``, for a restarted client to resume from."""
         path = self.checkpoint_path
         assert path is not None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
         # A receiver keeps every push it acknowledged (its spool): a restart needs only those
         # still unacknowledged, and the newest (its acknowledgement may be on the way).
         with self.outbox.lock:
@@ -551,18 +595,15 @@ class ClientCore:
             last = self.last_push
         older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
         pushes = [*older.values(), *([last] if last else [])]  # restored as ``last_push``
-        torch.save(
-            {
-                "round": round_,
-                "first_round": self.first_round,
-                "algorithm": self.algorithm,
-                "journal": self.journal(),
-                "pushes": pushes,
-                "torch_rng": torch.get_rng_state(),
-            },
-            tmp,
-        )
-        tmp.replace(path)
+        state = {
+            "round": round_,
+            "first_round": self.first_round,
+            "algorithm": self.algorithm,
+            "journal": self.journal(),
+            "pushes": pushes,
+            "torch_rng": torch.get_rng_state(),
+        }
+        write_atomic(path, lambda file: torch.save(state, file))
         if self.spool is not None:  # what this checkpoint merged is no longer needed
             with self.spool_lock:
                 self.spool.retain(p.key for p in self.inbox.peek(_is_share))
@@ -592,7 +633,8 @@ class ClientCore:
 
     def _reject(self, reason: str) -> bool:
         log.warning("client %d rejected a payload: %s", self.id, reason)
-        self.rejected += 1
+        with self.lock:  # receives run on several Ray threads at once
+            self.rejected += 1
         self.event(EventKind.PAYLOAD_REJECTED, self.round, reason)
         return False
 

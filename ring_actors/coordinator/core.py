@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ring_actors.config import Config
+from ring_actors.coordinator.history import HISTORY, HistoryLog, read_history
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.progress import Progress
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
@@ -34,13 +35,14 @@ from ring_actors.delivery.transport import (
     Pending,
     Readmission,
 )
+from ring_actors.redact import public_config, redact_uri
 from ring_actors.timeouts import Timeouts
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "coordinator.json"  # in the output dir: what a restarted coordinator resumes from
 # Output entries that hold clients' private state: checkpoints, never uploaded unless asked.
-PRIVATE_OUTPUTS = ("clients", CHECKPOINT)
+PRIVATE_OUTPUTS = ("clients", CHECKPOINT, HISTORY)
 OUTPUTS_EVERY_S = 5.0  # the output tables are rewritten at most this often while a run goes on
 MAX_EVENTS = 100_000  # events kept for the summary; a long faulty run must not grow without end
 
@@ -59,6 +61,7 @@ class CoordinatorCore:
         self.timeouts = Timeouts.from_schedule(config.schedule)
         self.output_dir = output_dir
         self.checkpoint_path = output_dir / CHECKPOINT
+        self.history = HistoryLog(output_dir / HISTORY)  # rows, events, reports: appended
         self.tracker = tracker
         self.find_client = find_client  # a restarted coordinator finds its clients again
         self.table = MembershipTable()
@@ -211,12 +214,14 @@ class CoordinatorCore:
             if client_id in self.by_round[round_]:
                 return  # idempotent under retries
             self.by_round[round_][client_id] = metrics
+            self.history.report(client_id, round_, metrics)
             self.tracker.add_metrics(
                 {f"client_{client_id}/{k}": v for k, v in metrics.items()}, round_
             )
             if any(k.startswith("local_") for k in metrics):
                 now = self._now()
                 self.rows.append({"client": client_id, "round": round_, "time_s": now, **metrics})
+                self.history.row(self.rows[-1])
 
     def report_event(self, kind: EventKind, client_id: int, round_: int, detail: str = "") -> None:
         with self.lock:
@@ -258,8 +263,6 @@ class CoordinatorCore:
                 self._stop(f"client {client_id} failed in round {round_}: {summary}")
                 return
             self._mark_dead(client_id, EventKind.ERROR, summary)
-            if not self.table.live:
-                self._stop(f"no client can go on: the last one failed ({summary})")
 
     def progress(self) -> Progress:
         with self.lock:
@@ -332,8 +335,12 @@ class CoordinatorCore:
                 return
             self.outputs_at, self.rows_written = now, len(self.rows)
             summary = {**self.summary(self._now()), "partial": True}
-            config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
+            config, rows, events = self.public_config(), list(self.rows), list(self.events)
         write_outputs(self.output_dir, config, summary, rows, events)
+
+    def public_config(self) -> dict[str, Any]:
+        """The config as written and logged: no credentials in its tracking URI."""
+        return public_config(self.config.to_dict())
 
     def open_tracking(self) -> None:
         """Start the tracker's writer, which creates the MLflow run (a restarted coordinator
@@ -349,7 +356,7 @@ class CoordinatorCore:
         }
         if config.tracking.parent_run_id:  # MLflow shows the run under its sweep
             tags["mlflow.parentRunId"] = config.tracking.parent_run_id
-        self.tracker.open(flatten(config.to_dict()), tags)
+        self.tracker.open(flatten(self.public_config()), tags)
 
     def _settle_probes(self) -> None:
         """A probe that raised means crashed; one unanswered past the timeout, hung."""
@@ -455,15 +462,16 @@ class CoordinatorCore:
         if not force and time.monotonic() - self.saved_at < 0.5:
             return
         self.saved_at = time.monotonic()
+        self.history.flush()  # first: the record never runs ahead of the history
         write_record(
             self.checkpoint_path,
             CoordinatorRecord(
                 run_id=self.tracker.run_id,
                 table=self.table.to_record(),
                 elapsed_s=self._now(),
-                rows=self.rows,
-                events=self.events,
-                by_round={r: dict(reports) for r, reports in self.by_round.items()},
+                rows=[],  # in the history log
+                events=[],
+                by_round={},
                 rounds_logged=sorted(self.rounds_logged),
                 done=self.done,
                 errors=self.errors,
@@ -486,8 +494,12 @@ class CoordinatorCore:
             self.tracker.requeue(saved.unsent_metrics)
             self.table = MembershipTable.from_record(saved.table)
             self.started_at = time.monotonic() - saved.elapsed_s
-            self.rows, self.events = saved.rows, saved.events
+            # A record of an older version holds the history itself; ours, the log.
+            history = read_history(self.history.path)
+            self.rows, self.events = saved.rows + history.rows, saved.events + history.events
             self.by_round.update(saved.by_round)
+            for round_, reports in history.by_round.items():
+                self.by_round[round_].update(reports)
             self.rounds_logged = set(saved.rounds_logged)
             self.done, self.errors = saved.done, saved.errors
             self.hung, self.healing = set(saved.hung), saved.healing
@@ -574,9 +586,17 @@ class CoordinatorCore:
             if live:
                 newest = max(self.table.members[c].last_round for c in live)
                 self.healing.append((self._now(), newest + 1))
+            else:  # nobody is left to train, report or be probed: nothing can end the run
+                self._stop(
+                    f"no client can go on: no live client left (the last, client "
+                    f"{client_id}: {cause}, {detail})"
+                )
 
     def _rejoin(self, client_id: int) -> None:
-        """A member bypassed as hung is back, with its private state: splice it in again."""
+        """A member bypassed as hung is back, with its private state: splice it in again
+        (unless the run stopped when its last live member left: no ring to come back to)."""
+        if not self.table.live:
+            return
         after = random.Random(self.table.epoch).choice(self.table.live)
         self.table.revive(client_id, after)
         self.hung.discard(client_id)
@@ -609,6 +629,7 @@ class CoordinatorCore:
                 **measured,
             }
         )
+        self.history.event(self.events[-1])
 
     # ---- results ------------------------------------------------------------------------
 
@@ -628,7 +649,7 @@ class CoordinatorCore:
                 },
                 summary["rounds_completed"],
             )
-            config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
+            config, rows, events = self.public_config(), list(self.rows), list(self.events)
         write_outputs(self.output_dir, config, summary, rows, events)
         private = () if self.config.tracking.upload_checkpoints else PRIVATE_OUTPUTS
         self.tracker.log_artifacts(self.output_dir, private)
@@ -653,7 +674,10 @@ class CoordinatorCore:
                 done=list(self.done.values()),
                 events=self.events,
                 stop_reason=self.stop_reason,
-                mlflow={"tracking_uri": self.tracker.uri, "run_id": self.tracker.run_id},
+                mlflow={
+                    "tracking_uri": redact_uri(self.tracker.uri),
+                    "run_id": self.tracker.run_id,
+                },
             ),
             wall_s,
         )
