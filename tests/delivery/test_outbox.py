@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from ring_actors.config import config_from_dict
 from ring_actors.delivery.outbox import Outbox
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.transport import PeerGone
+from ring_actors.timeouts import Timeouts
 
 
 class Rerouted:
@@ -36,7 +38,8 @@ class Target:
 def test_a_send_re_routed_during_a_poll_is_not_touched_nor_reported_by_it():
     reported: list[int] = []
     answer = Rerouted()
-    outbox = Outbox(5.0, reported.append, lambda target, error: None)
+    timeouts = Timeouts.from_schedule(config_from_dict({}).schedule)
+    outbox = Outbox(timeouts, reported.append, lambda target, error: None)
     answer.outbox = outbox
     outbox.set_handles({1: Target(answer)})
     outbox.send(1, Payload(0, 0, 1, 0, {"w": torch.ones(2)}))
