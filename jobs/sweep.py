@@ -25,6 +25,8 @@ import yaml
 from jobs.train import DEFAULT_CONFIG
 from ring_actors.config import Config, ConfigError, load_config
 from ring_actors.coordinator.tracking import create_sqlite_store, resolve_tracking_uri
+from ring_actors.durable import write_atomic
+from ring_actors.redact import public_config, redact_uri
 from ring_actors.run_folder import RunFolder
 
 SWEEP_FILE = "sweep.json"  # in the sweep's directory: its MLflow parent run, kept for re-runs
@@ -85,7 +87,7 @@ def check_existing(point: Point) -> None:
         return
     held = yaml.safe_load(path.read_text())
     held["tracking"]["parent_run_id"] = None
-    if held != point.config.to_dict():
+    if held != public_config(point.config.to_dict()):
         raise ConfigError(
             f"{point.output_dir} holds a run of another config: remove it or pass another "
             "--output-dir"
@@ -98,7 +100,10 @@ def finished(point: Point) -> bool:
     path = RunFolder(point.output_dir).summary
     if not path.is_file():
         return False
-    summary = json.loads(path.read_text())
+    try:
+        summary = json.loads(path.read_text())
+    except ValueError:  # torn by a kill mid-write (an older version wrote in place): run again
+        return False
     complete = summary.get("rounds_completed", 0) >= point.config.experiment.rounds
     return not summary.get("partial", True) and (complete or bool(summary.get("stopped")))
 
@@ -120,7 +125,8 @@ def parent_run(points: list[Point], sweep_dir: Path) -> str:
     run_id = client.create_run(experiment_id, run_name=f"sweep-{sweep_dir.name}").info.run_id
     client.set_terminated(run_id)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps({"parent_run_id": run_id, "tracking_uri": uri}, indent=1))
+    public = {"parent_run_id": run_id, "tracking_uri": redact_uri(uri)}
+    write_atomic(record, json.dumps(public, indent=1))
     return run_id
 
 

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     from ring_actors.admission import AdmissionError
-    from ring_actors.runtime.driver import run_experiment  # Ray is imported only for a valid config
+    from ring_actors.runtime.driver import CoordinatorLost, run_experiment  # Ray: a valid config
     from ring_actors.runtime.launch import LaunchError
 
     output_dir = args.resume or args.output_dir
@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     except (AdmissionError, LaunchError) as err:
         print(f"launch error: {err}", file=sys.stderr)
         return 3
+    except CoordinatorLost as err:
+        print(f"run stopped: {err}", file=sys.stderr)
+        return 1
     print(format_table(summary))
     events = summary["events"]
     print(

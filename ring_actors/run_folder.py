@@ -25,10 +25,11 @@ class RunFolder:
     METRICS = "metrics.parquet"  # one row per client per evaluated round
     EVENTS = "events.parquet"  # membership events
     COORDINATOR = "coordinator.json"  # what a restarted coordinator resumes from
+    HISTORY = "coordinator.history.jsonl"  # its rows, events and reports, appended
     UNSENT = "unsent_metrics.jsonl"  # metrics MLflow never took, one per line
     CLIENTS = "clients"  # the clients' private checkpoints
 
-    PRIVATE = (CLIENTS, COORDINATOR)  # what only this run's processes read back
+    PRIVATE = (CLIENTS, COORDINATOR, HISTORY)  # what only this run's processes read back
     PUBLISHED = (SUMMARY, CONFIG, METRICS, EVENTS)  # what a report or MLflow copies
 
     def __post_init__(self) -> None:
@@ -53,6 +54,10 @@ class RunFolder:
     @property
     def coordinator_record(self) -> Path:
         return self.path / self.COORDINATOR
+
+    @property
+    def coordinator_history(self) -> Path:
+        return self.path / self.HISTORY
 
     @property
     def unsent_metrics(self) -> Path:

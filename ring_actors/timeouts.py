@@ -13,6 +13,12 @@ RESEND_CAP_S = 1.0  # a send to a peer being restarted is tried again at least t
 RECONCILE_CAP_S = 0.2  # the coordinator's reconcile pass runs at least this often
 SLOT_LEASE_S = 10.0  # a compute slot not renewed this long goes back to its pool
 LAUNCH_PAUSE_CAP_S = 1.0  # between a failed client start and the next; the launch's poll
+TRACKING_CLOSE_S = 60.0  # the tracker's ``end`` retries MLflow this long, then writes a file
+TRACKING_REQUEST_S = 10  # one MLflow HTTP request's timeout (MLFLOW_HTTP_REQUEST_TIMEOUT)
+# The coordinator's finalize joins its reconcile loop and its MLflow-open thread this long at
+# most before it closes the tracker.
+LOOP_JOIN_S = 5.0
+TRACKING_OPEN_JOIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -33,10 +39,15 @@ class Timeouts:
     stall_s: float  # a member that finishes no round this long is hung (the run, if all are)
     reconcile_s: float  # the coordinator's reconcile loop sleeps this long between passes
     slot_lease_s: float  # a slot not renewed this long goes back to its pool
+    control_s: float  # the driver's call to the coordinator, answered under its lock
+    coordinator_back_s: float  # a coordinator unanswering this long is gone: the run ends
+    finalize_s: float  # the driver's wait for the outputs, the tracker's close included
 
     @classmethod
     def from_schedule(cls, schedule: ScheduleSection) -> Timeouts:
-        """A lap restart covers a full circuit of hops (2x); giving up allows several (6x)."""
+        """A lap restart covers a full circuit of hops (2x); giving up allows several (6x).
+        A restarted coordinator reads its record and waits for the clients' journals
+        (``journal_s`` each, in flight together): ten hops bound its return."""
         hop_s = schedule.hop_timeout_s
         return cls(
             hop_s=hop_s,
@@ -53,6 +64,14 @@ class Timeouts:
             stall_s=schedule.stall_hops * hop_s,
             reconcile_s=min(RECONCILE_CAP_S, schedule.heartbeat_s),
             slot_lease_s=SLOT_LEASE_S,
+            control_s=2 * hop_s,
+            coordinator_back_s=10 * hop_s,
+            finalize_s=2 * hop_s
+            + LOOP_JOIN_S
+            + TRACKING_OPEN_JOIN_S
+            + TRACKING_CLOSE_S
+            + TRACKING_REQUEST_S
+            + 5,
         )
 
 

@@ -78,3 +78,24 @@ def test_every_dependency_is_pinned_to_the_version_the_tests_run_on():
     # The project goes in last and brings nothing unpinned with it.
     assert setup[-1].endswith("pip install --no-deps -e .")
     assert all("--upgrade" not in c and "-U " not in c for c in setup)
+
+
+def test_the_nodes_open_ssh_only_to_one_address_in_a_declared_security_group():
+    group = load()["provider"]["security_group"]
+    assert group["GroupName"]
+    (rule,) = group["IpPermissions"]  # Ray adds only the rule between the group's own nodes
+    assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 22, 22)
+    for cidr in rule["IpRanges"]:
+        assert cidr["CidrIp"].endswith("/32") and cidr["CidrIp"] != "0.0.0.0/32"
+
+
+def test_secrets_and_history_stay_home_and_stopped_nodes_keep_no_disks():
+    config = load()
+    excluded = config["rsync_exclude"]
+    assert ".git" in excluded and ".env" in excluded and "**/.env" in excluded
+    assert config["provider"]["cache_stopped_nodes"] is False  # their disks held checkpoints
+
+
+def test_the_shared_storage_limitation_is_stated():
+    text = CLUSTER_YAML.read_text()
+    assert "shared storage" in text and "--output-dir" in text

@@ -197,7 +197,7 @@ def test_per_round_state_stays_bounded_over_a_long_run(tmp_path):
         assert len(core.laps.results) <= 4
         assert not core.outbox.in_flight
         assert len(core.published) <= 3
-    assert len(run.coordinator.probes) <= 3
+    assert len(run.coordinator.health.probes) <= 3
 
 
 @pytest.mark.parametrize("name", ["fedrep", "fedbn", "fednova", "dfedpgp", "dispfl"])

@@ -19,6 +19,7 @@ from ring_actors.coordinator.membership import View
 from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.outbox import Outbox
+from ring_actors.delivery.payload_checks import Bounds, TensorSpec, check_tensors, expected_for
 from ring_actors.delivery.payloads import Channel, JournalEntry, Payload, PayloadError
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ClientHandle, ControlLink
@@ -47,7 +48,10 @@ class PeerAnswers:
     recent_pushes: list[Payload]
     pushed_to: set[int]
     hand_off_tensors: dict[str, torch.Tensor]
-    expected: dict[str, tuple[int, ...]]
+    share_specs: dict[str, TensorSpec]
+    init_specs: dict[str, TensorSpec]
+    max_payload_bytes: int
+    bounds: Bounds
     first_round: int
     round: int
     completed: int
@@ -67,8 +71,15 @@ class PeerAnswers:
         try:
             if not isinstance(payload, Payload):
                 raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
-            expected = self.expected if payload.channel == Channel.SHARE else None
-            payload.validate(expected, self.config.schedule.max_payload_bytes)
+            payload.validate(None, self.max_payload_bytes)
+            self.bounds.check(payload, self.current_view.epoch)
+            if payload.channel == Channel.PULLED:
+                raise PayloadError("pulled state comes only as the answer to a pull")
+            expected = expected_for(payload.channel, self.share_specs, self.init_specs)
+            if expected is not None:
+                if not payload.tensors:
+                    raise PayloadError(f"{payload.channel.value} payload with no tensors")
+                check_tensors(payload, expected)
             return self._accept(payload)
         except PayloadError as err:
             return self._reject(str(err))
@@ -87,8 +98,11 @@ class PeerAnswers:
             if self.laps.on_receive(payload, runs_round=ahead):
                 return True
         with self.spool_lock:
-            if self.inbox.put(payload) and self.spool and payload.channel == Channel.SHARE:
+            # Saved before it is queued: a push the spool cannot keep is refused whole (the
+            # sender sends it again), never merged unsaved nor acknowledged and forgotten.
+            if self.spool and payload.channel == Channel.SHARE and not self.inbox.has(payload):
                 self.spool.keep(payload)
+            self.inbox.put(payload)
         return True
 
     def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
@@ -189,6 +203,7 @@ class PeerAnswers:
 
     def _reject(self, reason: str) -> bool:
         log.warning("client %d rejected a payload: %s", self.id, reason)
-        self.rejected += 1
+        with self.lock:  # receives run on several Ray threads at once
+            self.rejected += 1
         self.event(EventKind.PAYLOAD_REJECTED, self.round, reason)
         return False

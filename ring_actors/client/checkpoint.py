@@ -16,6 +16,7 @@ import torch
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions
 from ring_actors.delivery.payloads import Channel, JournalEntry, Payload
+from ring_actors.durable import write_atomic
 from ring_actors.run_folder import CheckpointError
 
 if TYPE_CHECKING:  # the spool reads its files with this module's loader
@@ -88,8 +89,6 @@ class Checkpointing:
         """The private state after ``round_``, for a restarted client to resume from."""
         path = self.checkpoint_path
         assert path is not None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
         # A receiver keeps every push it acknowledged (its spool): a restart needs only those
         # still unacknowledged, and the newest (its acknowledgement may be on the way).
         waiting = self.outbox.unacknowledged_payloads(Channel.SHARE)
@@ -97,18 +96,15 @@ class Checkpointing:
             last = self.last_push
         older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
         pushes = [*older.values(), *([last] if last else [])]  # restored as ``last_push``
-        torch.save(
-            {
-                "round": round_,
-                "first_round": self.first_round,
-                "algorithm": self.algorithm,
-                "journal": self.journal(),
-                "pushes": pushes,
-                "torch_rng": torch.get_rng_state(),
-            },
-            tmp,
-        )
-        tmp.replace(path)
+        state = {
+            "round": round_,
+            "first_round": self.first_round,
+            "algorithm": self.algorithm,
+            "journal": self.journal(),
+            "pushes": pushes,
+            "torch_rng": torch.get_rng_state(),
+        }
+        write_atomic(path, lambda file: torch.save(state, file))
         if self.spool is not None:  # what this checkpoint merged is no longer needed
             with self.spool_lock:
                 self.spool.retain(p.key for p in self.inbox.peek(_is_share))

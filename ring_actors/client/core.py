@@ -29,6 +29,13 @@ from ring_actors.coordinator.membership import View
 from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.outbox import Outbox
+from ring_actors.delivery.payload_checks import (
+    Bounds,
+    check_tensors,
+    derived_limit,
+    model_bytes,
+    specs,
+)
 from ring_actors.delivery.payloads import (
     Channel,
     JournalEntry,
@@ -90,6 +97,16 @@ class ClientCore(PeerAnswers, Checkpointing):
         self.shared_shapes = _shapes(algorithm.shared_state())
         self.expected = _shapes(offer) if offer is not None else self.shared_shapes
         self.hand_off_tensors = detach_to_cpu(algorithm.hand_off_state())
+        # What each channel must hold, by name, shape and dtype; the size limit, unless set,
+        # is what this method can send at most.
+        shared = algorithm.shared_state()
+        self.share_specs = specs(offer if offer is not None else shared)
+        self.shared_specs = specs(shared)
+        self.init_specs = specs(self.hand_off_tensors)
+        self.max_payload_bytes = config.schedule.max_payload_bytes or derived_limit(
+            model_bytes(algorithm, shared, self.hand_off_tensors), config.total_clients
+        )
+        self.bounds = Bounds(config.experiment.rounds, epoch_lead=3 * config.total_clients + 8)
 
         self.inbox = Inbox()
         self.lock = threading.Lock()
@@ -327,7 +344,7 @@ class ClientCore(PeerAnswers, Checkpointing):
                     raise answer
                 if answer is None:
                     raise PayloadError("nothing published for that round")
-                answer.validate({k: self.shared_shapes[k] for k in plan[sender]})
+                self._check_pulled(answer, sender, round_of[sender], plan[sender])
                 pulled.append(answer)
             except PayloadError as err:
                 self._reject(str(err))
@@ -335,6 +352,23 @@ class ClientCore(PeerAnswers, Checkpointing):
                 self.event(EventKind.PULL_FAILED, self.round, f"from {sender}: {err!r}")
                 self._report_unreachable(sender)
         return pulled
+
+    def _check_pulled(
+        self, answer: object, sender: int, round_: int, keys: tuple[str, ...]
+    ) -> None:
+        """A pull's answer: a valid PULLED payload of ``sender``'s, of ``round_`` or a later
+        round of this run, holding exactly ``keys`` as this method holds them."""
+        if not isinstance(answer, Payload):
+            raise PayloadError(f"pull from {sender}: expected a Payload, got {type(answer)}")
+        answer.validate(None, self.max_payload_bytes)
+        self.bounds.check(answer, self.current_view.epoch)
+        if answer.channel != Channel.PULLED or answer.sender != sender:
+            raise PayloadError(
+                f"pull from {sender}: answered with a {answer.channel} payload of {answer.sender}"
+            )
+        if answer.round < round_:
+            raise PayloadError(f"pull from {sender}: round {answer.round}, asked {round_}")
+        check_tensors(answer, self.shared_specs, keys)
 
     def _publish(self, round_: int) -> None:
         """Snapshot what a joiner gets, then push the shared state or the offer."""

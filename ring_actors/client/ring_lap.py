@@ -20,6 +20,19 @@ from ring_actors.delivery.payloads import LAP_CHANNELS, Channel, LapHeader, Payl
 from ring_actors.timeouts import Timeouts
 
 
+def mismatch(total: dict[str, torch.Tensor], contribution: dict[str, torch.Tensor]) -> str | None:
+    """The first key both hold with another shape or dtype (adding them would broadcast or
+    cast silently), described; None when they fit."""
+    for key, value in contribution.items():
+        held = total.get(key)
+        if held is not None and (held.shape, held.dtype) != (value.shape, value.dtype):
+            return (
+                f"{key!r} is {tuple(held.shape)} {held.dtype} in the token, "
+                f"{tuple(value.shape)} {value.dtype} here"
+            )
+    return None
+
+
 def accumulate(total: dict[str, torch.Tensor], contribution: dict[str, torch.Tensor]) -> None:
     """Add ``contribution`` into ``total`` in place; a key not yet in ``total`` is inserted.
 
@@ -29,6 +42,8 @@ def accumulate(total: dict[str, torch.Tensor], contribution: dict[str, torch.Ten
     for key, value in contribution.items():
         value = value.detach().to("cpu")
         if key in total:
+            if (total[key].shape, total[key].dtype) != (value.shape, value.dtype):
+                raise ValueError(f"lap key {key!r}: {mismatch(total, contribution)}")
             total[key] = total[key] + value
         else:
             total[key] = value.clone()
@@ -107,8 +122,9 @@ class RingLaps:
                 )
                 return True
             with self.lock:
-                self.results.setdefault(key, LapResult(token.tensors, header.contributors))
-            self._forward(token, token.tensors, header.contributors)
+                kept = self.results.setdefault(key, LapResult(token.tensors, header.contributors))
+            # What goes on is what this member keeps: one total per round along the ring.
+            self._forward(token, kept.total, kept.contributors)
             return True
         done = self.result(header.name, token.round)
         if done is not None:
@@ -119,16 +135,21 @@ class RingLaps:
             self.host.event(EventKind.LAP_TOKEN_DROPPED, token.round, f"epoch {header.epoch}")
             return True
         if not runs_round:
+            if self.host.id in header.visited:  # it went round: nobody runs that lap any more
+                self.host.event(EventKind.LAP_TOKEN_DROPPED, token.round, "went round unclaimed")
+                return True
             self._forward(token, token.tensors, header.contributors)
             return True
         return False
 
     @staticmethod
     def _from_leader(header: LapHeader, view: View, round_: int) -> bool:
-        """A result is taken only from its round's leader (in its epoch's view, if ours)."""
+        """A result is taken only from its round's leader (in its epoch's view, if ours;
+        of another epoch, from a leader still in ours: a bypassed one's total may leave out
+        members the live ring counted)."""
         if header.epoch == view.epoch:
             return header.leader == lap_leader(view, round_)
-        return header.leader in view.members or header.epoch < view.epoch
+        return header.leader in view.members
 
     # ---- training thread ----------------------------------------------------------------
 
@@ -145,7 +166,12 @@ class RingLaps:
         while True:
             done = self.result(name, round_)
             if done is not None:
-                return done
+                wrong = mismatch(done.total, contribution)
+                if wrong is None:
+                    return done
+                host.event(EventKind.LAP_RESULT_REFUSED, round_, f"lap {name!r}: {wrong}")
+                with self.lock:
+                    self.results.pop(key, None)
             view, now = host.current_view, time.monotonic()
             if lap_leader(view, round_) == host.id:
                 stale = attempt_epoch != view.epoch  # one attempt per membership epoch
@@ -172,6 +198,10 @@ class RingLaps:
                     self._send_on(Channel.LAP, round_, header, token)
             for token in host.inbox.pop(lambda p: _token_of(p, name, round_)):
                 header = token.lap
+                wrong = mismatch(token.tensors, contribution)
+                if wrong is not None:  # it would broadcast into, or cast, our contribution
+                    host.event(EventKind.LAP_TOKEN_REFUSED, round_, f"lap {name!r}: {wrong}")
+                    continue
                 if header.leader == host.id:
                     if header.attempt in mine and header.epoch == view.epoch:
                         return self._finish(name, round_, token.tensors, header.contributors)

@@ -180,14 +180,20 @@ class ScheduleSection:
     # The run is stopped, with a diagnosis, once no member has finished a round for this
     # many hop timeouts.
     stall_hops: float = 30.0
-    max_payload_bytes: int = 2**31  # a larger payload is refused before it is merged
+    # A larger payload is refused before it is merged; null: derived from the model (a lap
+    # token gathering every member's whole model, the largest any method sends).
+    max_payload_bytes: int | None = None
 
     def __post_init__(self) -> None:
         check(self.hop_timeout_s > 0, "schedule.hop_timeout_s", "a number > 0")
         check(self.max_staleness >= 0, "schedule.max_staleness", "an int >= 0")
         check(self.heartbeat_s > 0, "schedule.heartbeat_s", "a number > 0")
         check(self.stall_hops >= 2, "schedule.stall_hops", "a number >= 2", self.stall_hops)
-        check(self.max_payload_bytes > 0, "schedule.max_payload_bytes", "an int > 0")
+        check(
+            self.max_payload_bytes is None or self.max_payload_bytes > 0,
+            "schedule.max_payload_bytes",
+            "null (derived from the model) or an int > 0",
+        )
 
 
 @dataclass(frozen=True)

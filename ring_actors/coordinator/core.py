@@ -20,6 +20,7 @@ from typing import Any
 
 from ring_actors.config import Config
 from ring_actors.coordinator.health import Health
+from ring_actors.coordinator.history import HistoryLog
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.outputs import RunOutputs
 from ring_actors.coordinator.progress import Progress
@@ -56,12 +57,21 @@ class CoordinatorCore(Recovery, RunOutputs):
         self.table = MembershipTable()
         self.handles: dict[int, ClientHandle] = {}
         self.lock = threading.RLock()
-        self.results = Results()
+        self.results = Results(HistoryLog(RunFolder(output_dir).coordinator_history))
         self.health = Health()
         self.stop_reason: str | None = None
         self.broadcast_epoch = -1
         self.saved_at = 0.0
         self.outputs_at, self.rows_written = 0.0, 0
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Evaluated rows so far (one per client per evaluated round), read-only."""
+        return self.results.rows
+
+    @property
+    def by_round(self) -> dict[int, dict[int, dict[str, float]]]:
+        return self.results.by_round
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -239,8 +249,6 @@ class CoordinatorCore(Recovery, RunOutputs):
                 self._stop(f"client {client_id} failed in round {round_}: {summary}")
                 return
             self._mark_dead(client_id, EventKind.ERROR, summary)
-            if not self.table.live:
-                self._stop(f"no client can go on: the last one failed ({summary})")
 
     def progress(self) -> Progress:
         with self.lock:
@@ -370,9 +378,17 @@ class CoordinatorCore(Recovery, RunOutputs):
             if live:
                 newest = max(self.table.members[c].last_round for c in live)
                 self.health.bypassed(self.results.now(), newest + 1)
+            else:  # nobody is left to train, report or be probed: nothing can end the run
+                self._stop(
+                    f"no client can go on: no live client left (the last, client "
+                    f"{client_id}: {cause}, {detail})"
+                )
 
     def _rejoin(self, client_id: int) -> None:
-        """A member bypassed as hung is back, with its private state: splice it in again."""
+        """A member bypassed as hung is back, with its private state: splice it in again
+        (unless the run stopped when its last live member left: no ring to come back to)."""
+        if not self.table.live:
+            return
         after = random.Random(self.table.epoch).choice(self.table.live)
         self.table.revive(client_id, after)
         self.health.forget(client_id)

@@ -9,6 +9,7 @@ from typing import Any
 from ring_actors.coordinator.run_summary import RunFacts, summarise_run
 from ring_actors.coordinator.state import CoordinatorState
 from ring_actors.coordinator.tracking import flatten, write_outputs
+from ring_actors.redact import public_config, redact_uri
 from ring_actors.run_folder import RunFolder
 
 OUTPUTS_EVERY_S = 5.0  # the output tables are rewritten at most this often while a run goes on
@@ -30,8 +31,12 @@ class RunOutputs(CoordinatorState):
                 return
             self.outputs_at, self.rows_written = now, len(rows)
             summary = {**self.summary(self.results.now()), "partial": True}
-            config, rows, events = self.config.to_dict(), list(rows), list(self.results.events)
+            config, rows, events = self.public_config(), list(rows), list(self.results.events)
         write_outputs(self.output_dir, config, summary, rows, events)
+
+    def public_config(self) -> dict[str, Any]:
+        """The config as written and logged: no credentials in its tracking URI."""
+        return public_config(self.config.to_dict())
 
     def open_tracking(self) -> None:
         """Start the tracker's writer, which creates the MLflow run (a restarted coordinator
@@ -47,7 +52,7 @@ class RunOutputs(CoordinatorState):
         }
         if config.tracking.parent_run_id:  # MLflow shows the run under its sweep
             tags["mlflow.parentRunId"] = config.tracking.parent_run_id
-        self.tracker.open(flatten(config.to_dict()), tags)
+        self.tracker.open(flatten(self.public_config()), tags)
 
     def finalize(self, wall_s: float) -> dict[str, Any]:
         """Write the output files, log them to MLflow, close the run; return the summary."""
@@ -63,7 +68,7 @@ class RunOutputs(CoordinatorState):
                 },
                 summary["rounds_completed"],
             )
-            config, rows = self.config.to_dict(), list(self.results.rows)
+            config, rows = self.public_config(), list(self.results.rows)
             events = list(self.results.events)
         write_outputs(self.output_dir, config, summary, rows, events)
         private = () if self.config.tracking.upload_checkpoints else RunFolder.PRIVATE
@@ -89,7 +94,10 @@ class RunOutputs(CoordinatorState):
                 done=list(self.results.done.values()),
                 events=self.results.events,
                 stop_reason=self.stop_reason,
-                mlflow={"tracking_uri": self.tracker.uri, "run_id": self.tracker.run_id},
+                mlflow={
+                    "tracking_uri": redact_uri(self.tracker.uri),
+                    "run_id": self.tracker.run_id,
+                },
             ),
             wall_s,
         )

@@ -6,11 +6,11 @@ A restarted coordinator reads it back to resume membership, results and its MLfl
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ring_actors.durable import write_atomic
 from ring_actors.run_folder import CheckpointError
 
 VERSION = 1
@@ -38,10 +38,7 @@ class CoordinatorRecord:
 
 def write_record(path: Path, record: CoordinatorRecord) -> None:
     """Write atomically: a reader sees the old file or the new, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"version": VERSION, **asdict(record)}))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"version": VERSION, **asdict(record)}))
 
 
 def read_record(path: Path) -> CoordinatorRecord | None:

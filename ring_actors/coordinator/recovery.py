@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ring_actors.coordinator.history import read_history
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
 from ring_actors.coordinator.state import CoordinatorState
@@ -30,15 +31,16 @@ class Recovery(CoordinatorState):
             return
         self.saved_at = time.monotonic()
         results = self.results
+        results.history.flush()  # first: the record never runs ahead of the history
         write_record(
             self.checkpoint_path,
             CoordinatorRecord(
                 run_id=self.tracker.run_id,
                 table=self.table.to_record(),
                 elapsed_s=results.now(),
-                rows=results.rows,
-                events=results.events,
-                by_round={r: dict(reports) for r, reports in results.by_round.items()},
+                rows=[],  # in the history log
+                events=[],
+                by_round={},
                 rounds_logged=sorted(results.rounds_logged),
                 done=results.done,
                 errors=results.errors,
@@ -62,8 +64,13 @@ class Recovery(CoordinatorState):
             self.table = MembershipTable.from_record(saved.table)
             results = self.results
             results.started_at = time.monotonic() - saved.elapsed_s
-            results.rows, results.events = saved.rows, saved.events
+            # A record of an older version holds the history itself; ours, the log.
+            history = read_history(results.history.path)
+            results.rows = saved.rows + history.rows
+            results.events = saved.events + history.events
             results.by_round.update(saved.by_round)
+            for round_, reports in history.by_round.items():
+                results.by_round[round_].update(reports)
             results.rounds_logged = set(saved.rounds_logged)
             results.done, results.errors = saved.done, saved.errors
             self.health.hung, self.health.healing = set(saved.hung), saved.healing

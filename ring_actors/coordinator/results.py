@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from ring_actors.coordinator.history import HistoryLog
 from ring_actors.coordinator.run_summary import round_means
 from ring_actors.delivery.events import EventKind
 
@@ -15,9 +16,11 @@ MAX_EVENTS = 100_000  # events kept for the summary; a long faulty run must not 
 
 class Results:
     """A run's results, kept until the run is finalized; what goes to MLflow is returned to
-    the caller, which owns the tracker."""
+    the caller, which owns the tracker. Each new result is also queued for ``history``, the
+    append-only log a restarted coordinator reads back."""
 
-    def __init__(self) -> None:
+    def __init__(self, history: HistoryLog) -> None:
+        self.history = history
         self.started_at = time.monotonic()
         self.rows: list[dict[str, Any]] = []  # one per client per evaluated round
         self.events: list[dict[str, Any]] = []
@@ -52,6 +55,7 @@ class Results:
                 **measured,
             }
         )
+        self.history.event(self.events[-1])
 
     def has_round(self, client_id: int, round_: int) -> bool:
         return client_id in self.by_round.get(round_, {})
@@ -63,9 +67,11 @@ class Results:
         if self.has_round(client_id, round_):
             return {}  # idempotent under retries
         self.by_round[round_][client_id] = metrics
+        self.history.report(client_id, round_, metrics)
         if any(k.startswith("local_") for k in metrics):
             row = {"client": client_id, "round": round_, "time_s": self.now(), **metrics}
             self.rows.append(row)
+            self.history.row(row)
         return {f"client_{client_id}/{k}": v for k, v in metrics.items()}
 
     def reports(self) -> list[dict[str, float]]:

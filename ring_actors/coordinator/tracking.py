@@ -17,7 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from ring_actors.durable import write_atomic
+from ring_actors.redact import redact_text, redact_uri
 from ring_actors.run_folder import RunFolder
+from ring_actors.timeouts import TRACKING_CLOSE_S, TRACKING_REQUEST_S
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +58,10 @@ class Retry:
     first_backoff_s: float = 0.5  # after a failure; doubled on each failure that follows
     max_backoff_s: float = 30.0
     open_wait_s: float = 60.0  # ``open`` waits at most this long for the writer's first try
-    close_s: float = 60.0  # ``end`` retries this long, then writes the unsent metrics to a file
-    request_timeout_s: int = 10  # MLFLOW_HTTP_REQUEST_TIMEOUT, unless the environment sets it
+    close_s: float = TRACKING_CLOSE_S  # ``end`` retries this long, then writes the unsent file
+    request_timeout_s: int = (
+        TRACKING_REQUEST_S  # MLFLOW_HTTP_REQUEST_TIMEOUT, unless the environment sets it
+    )
     request_retries: int = 0  # MLFLOW_HTTP_REQUEST_MAX_RETRIES, unless the environment sets it
 
 
@@ -90,6 +95,7 @@ class Tracker:
         """A new run, or with ``run_id`` the same run again (after a coordinator restart).
         ``output_dir`` keeps the unsent metrics; without it, the directory uploaded does."""
         self.uri = uri
+        self.public_uri = redact_uri(uri)  # what logs show
         self.experiment = experiment
         self.run_name = run_name
         self.run_id = run_id
@@ -110,6 +116,7 @@ class Tracker:
         self._hurry = threading.Event()  # ``end`` came: stop backing off
         self._tried = threading.Event()  # the writer's first pass is over
         self._writer: threading.Thread | None = None
+        self._abandoned = False  # ``end`` stopped waiting and wrote the unsent file itself
 
     def open(
         self, params: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
@@ -185,8 +192,17 @@ class Tracker:
         # The last request may take its whole timeout, once per MLflow retry.
         request_s = self.retry.request_timeout_s * (self.retry.request_retries + 1)
         self._writer.join(self.retry.close_s + request_s + 5.0)
-        if self._writer.is_alive():
-            log.warning("MLflow at %s: a request is still under way at the end", self.uri)
+        if self._writer.is_alive():  # stuck in a request: what it holds goes to the file now
+            with self._lock:
+                self._abandoned = True
+                rows = self._refused + self._pending
+            path = self._write_unsent(rows) if rows else None
+            log.warning(
+                "MLflow at %s: a request is still under way at the end; %d metrics%s",
+                self.public_uri,
+                len(rows),
+                f" written to {path}" if path else "",
+            )
         return self.unsent_path
 
     # ---- the writer thread --------------------------------------------------------------
@@ -210,7 +226,7 @@ class Tracker:
                 return
             if failure is None:
                 if backoff:
-                    log.info("MLflow at %s answers again; buffered metrics sent", self.uri)
+                    log.info("MLflow at %s answers again; buffered metrics sent", self.public_uri)
                 backoff = 0.0
                 self._wake.wait(self.retry.every_s)
                 self._wake.clear()
@@ -220,9 +236,9 @@ class Tracker:
                 return
             if not backoff:
                 log.warning(
-                    "MLflow at %s is not answering (%r); metrics stay buffered, retrying",
-                    self.uri,
-                    failure,
+                    "MLflow at %s is not answering (%s); metrics stay buffered, retrying",
+                    self.public_uri,
+                    redact_text(repr(failure), self.uri),
                 )
             backoff = min(max(2 * backoff, self.retry.first_backoff_s), self.retry.max_backoff_s)
             self._hurry.wait(min(backoff, max(0.0, self._deadline - time.monotonic())))
@@ -250,7 +266,9 @@ class Tracker:
                 if not _refused(err):
                     raise
                 log.error(
-                    "MLflow refused %d metrics (%s); kept for the unsent file", len(batch), err
+                    "MLflow refused %d metrics (%s); kept for the unsent file",
+                    len(batch),
+                    redact_text(str(err), self.uri),
                 )
                 self._refused.extend(batch)
             with self._lock:
@@ -271,7 +289,9 @@ class Tracker:
         if status is None:
             return False
         self.client.set_terminated(self.run_id, status=status)
-        if self._refused:
+        with self._lock:
+            abandoned = self._abandoned
+        if self._refused and not abandoned:
             self._write_unsent(self._refused)
         return True
 
@@ -303,13 +323,16 @@ class Tracker:
             rows = self._refused + self._pending
             self._pending.clear()
             uploads = len(self._uploads)
+        with self._lock:
+            if self._abandoned:  # ``end`` wrote them already
+                return
         path = self._write_unsent(rows) if rows else None
         log.warning(
-            "MLflow at %s did not answer within %.0f s of the end (%r): %d metrics%s; "
+            "MLflow at %s did not answer within %.0f s of the end (%s): %d metrics%s; "
             "%d output entries not uploaded (they are in %s)%s",
-            self.uri,
+            self.public_uri,
             self.retry.close_s,
-            failure,
+            redact_text(repr(failure), self.uri),
             len(rows),
             f" written to {path}" if path else "",
             uploads,
@@ -386,10 +409,14 @@ def write_outputs(
     """The contract files: config.yaml, summary.json, metrics.parquet, events.parquet."""
     directory.mkdir(parents=True, exist_ok=True)
     folder = RunFolder(directory)
-    folder.config.write_text(yaml.safe_dump(dict(config), sort_keys=False))
-    folder.summary.write_text(json.dumps(summary, indent=2, default=float))
-    pq.write_table(_table(metrics, METRIC_COLUMNS), folder.metrics)
-    pq.write_table(_table(events, EVENT_COLUMNS), folder.events)
+    write_atomic(folder.config, yaml.safe_dump(dict(config), sort_keys=False))
+    write_atomic(folder.summary, json.dumps(summary, indent=2, default=float))
+    for path, rows, columns in (
+        (folder.metrics, metrics, METRIC_COLUMNS),
+        (folder.events, events, EVENT_COLUMNS),
+    ):
+        table = _table(rows, columns)
+        write_atomic(path, lambda file, table=table: pq.write_table(table, file))
 
 
 METRIC_COLUMNS = {"client": pa.int64(), "round": pa.int64(), "time_s": pa.float64()}

@@ -43,6 +43,7 @@ class EventKind(str, enum.Enum):
     LAP_RESULT_FETCHED = "lap_result_fetched"
     LAP_RESULT_REFUSED = "lap_result_refused"
     LAP_TOKEN_DROPPED = "lap_token_dropped"
+    LAP_TOKEN_REFUSED = "lap_token_refused"  # its tensors would broadcast into ours
     LAP_FAILED = "lap_failed"
 
     def __str__(self) -> str:

@@ -34,6 +34,11 @@ class Inbox:
             self._cond.notify_all()
             return True
 
+    def has(self, payload: Payload) -> bool:
+        """True when ``payload`` (its key) was delivered before and not forgotten since."""
+        with self._cond:
+            return payload.key in self._seen
+
     def take(self, channel: str, max_round: int | None = None) -> list[Payload]:
         """Remove payloads of ``channel`` up to ``max_round``; keep only the newest per sender."""
         with self._cond:

@@ -98,40 +98,55 @@ class Outbox:
         return again
 
     def poll(self) -> None:
-        """Settle acknowledged sends; report dead or silent targets."""
+        """Settle acknowledged sends; report dead or silent targets.
+
+        Answers are read outside the lock (a view may re-route a send meanwhile); a send's
+        fields change under the lock, and only while it is still here.
+        """
         with self.lock:
             flights = list(self.in_flight)
         now = time.monotonic()
+        suspects: list[int] = []
         for flight in flights:
-            if flight.gone_at is not None:
+            with self.lock:
+                gone_at = flight.gone_at
+            if gone_at is not None:
                 if now - flight.sent_at > self.hop_timeout_s:
-                    self._suspect(flight)
-                if now - flight.gone_at > self.retry_s:
+                    self._suspect(flight, suspects)
+                if now - gone_at > self.retry_s:
                     self._resend(flight, now)
                 continue
             if not flight.answer.done():
                 if now - flight.sent_at > self.hop_timeout_s:
-                    self._suspect(flight)
+                    self._suspect(flight, suspects)
                 continue
+            gone, accepted = False, False
             try:
                 accepted = flight.answer.result(0)
             except PeerGone:
-                flight.gone_at = now
-                self._suspect(flight)
-                continue
+                gone = True
             except PeerUnavailable:  # being restarted: try again soon, within the hop timeout
-                flight.gone_at = now
+                with self.lock:
+                    if flight in self.in_flight:
+                        flight.gone_at = now
                 continue
             except Exception as err:  # noqa: BLE001 - the receiver raised: drop, report
                 log.warning("client %d failed on a payload: %r", flight.target, err)
                 self.report_failure(flight.target, repr(err))
-                accepted = False
             with self.lock:
-                if flight in self.in_flight:
+                if flight not in self.in_flight:
+                    continue  # re-routed by a new view meanwhile: no longer this poll's
+                if gone:
+                    flight.gone_at = now
+                else:
                     self.in_flight.remove(flight)
-                if accepted:
-                    self.hops += 1
-                    self.bytes_acked += flight.payload.nbytes
+                    if accepted:
+                        self.hops += 1
+                        self.bytes_acked += flight.payload.nbytes
+            if gone:
+                self._suspect(flight, suspects)
+        for target in suspects:  # a call to the coordinator: made holding no lock
+            self.report_unreachable(target)
 
     def _resend(self, flight: InFlight, now: float) -> None:
         with self.lock:
@@ -141,10 +156,13 @@ class Outbox:
             flight.gone_at = None  # sent_at stays: the hop timeout counts from the first try
             self.bytes_dispatched += flight.payload.nbytes
 
-    def _suspect(self, flight: InFlight) -> None:
-        if not flight.reported:
+    def _suspect(self, flight: InFlight, suspects: list[int]) -> None:
+        """Report ``flight``'s target once, if the send is still here."""
+        with self.lock:
+            if flight.reported or flight not in self.in_flight:
+                return
             flight.reported = True
-            self.report_unreachable(flight.target)
+        suspects.append(flight.target)
 
     def unacknowledged_payloads(self, channel: Channel) -> list[Payload]:
         """The payloads of one channel that some receiver has not yet acknowledged."""

@@ -59,6 +59,18 @@ class LapHeader:
     visited: tuple[int, ...] = ()
     contributors: tuple[int, ...] = ()
 
+    def validate(self, who: str) -> None:
+        """Raise :class:`PayloadError` unless every field has its type (ids >= 0)."""
+        if not isinstance(self.name, str):
+            raise PayloadError(f"{who}: lap name must be a string, got {self.name!r}")
+        for name in ("leader", "attempt", "epoch"):
+            if not _count(getattr(self, name)):
+                raise PayloadError(f"{who}: lap {name} must be an int >= 0")
+        for name in ("visited", "contributors"):
+            ids = getattr(self, name)
+            if not isinstance(ids, tuple) or not all(_count(i) for i in ids):
+                raise PayloadError(f"{who}: lap {name} must be a tuple of client ids")
+
 
 @dataclass(frozen=True, eq=False)
 class Payload:
@@ -80,12 +92,25 @@ class Payload:
 
     @property
     def key(self) -> tuple[int, int, int, str, str]:
-        return (self.sender, self.round, self.seq, self.channel, self.lap.name if self.lap else "")
+        """A lap token's ``seq`` is its leader's attempt, which every new leader counts from
+        0: its leader and epoch tell a new leader's token from an old one's."""
+        lap = f"{self.lap.name}@{self.lap.leader}/{self.lap.epoch}" if self.lap else ""
+        return (self.sender, self.round, self.seq, self.channel, lap)
 
     @property
     def nbytes(self) -> int:
         """Bytes of tensor data carried: the communication cost of this hop."""
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    @property
+    def storage_nbytes(self) -> int:
+        """Bytes of the storages behind the tensors: what travels and is held (a small
+        view of a large tensor carries all of it), each storage counted once."""
+        storages = {}
+        for t in self.tensors.values():
+            storage = t.untyped_storage()
+            storages[(storage.data_ptr(), t.device)] = storage.nbytes()
+        return sum(storages.values())
 
     def validate(
         self, expected: dict[str, tuple[int, ...]] | None = None, max_bytes: int | None = None
@@ -107,6 +132,8 @@ class Payload:
             raise PayloadError(f"{who}: unknown channel {self.channel!r}")
         if (self.channel in LAP_CHANNELS) != isinstance(self.lap, LapHeader):
             raise PayloadError(f"{who}: a lap header belongs on lap channels only")
+        if self.lap is not None:
+            self.lap.validate(who)
         if not isinstance(self.tensors, dict):
             raise PayloadError(f"{who}: tensors must be a dict")
         for name, tensor in self.tensors.items():
@@ -114,8 +141,10 @@ class Payload:
                 raise PayloadError(f"{who}: {name!r} is not a tensor")
             if tensor.dtype not in SHAREABLE_DTYPES or tensor.layout != torch.strided:
                 raise PayloadError(f"{who}: {name!r} has unsupported type {tensor.dtype}")
-        if max_bytes is not None and self.nbytes > max_bytes:
-            raise PayloadError(f"{who}: {self.nbytes} bytes exceed the limit of {max_bytes}")
+        if max_bytes is not None and self.storage_nbytes > max_bytes:
+            raise PayloadError(
+                f"{who}: {self.storage_nbytes} bytes exceed the limit of {max_bytes}"
+            )
         if expected is not None and not self.tensors:
             raise PayloadError(f"{who}: tensors must be a non-empty dict")
         if expected is not None:
@@ -156,6 +185,11 @@ class JournalEntry:
     @classmethod
     def from_dict(cls, record: Mapping) -> JournalEntry:
         return cls(record["kind"], int(record["round"]), dict(record["metrics"]))
+
+
+def _count(value: object) -> bool:
+    """An int >= 0 (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def detach_to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -10,7 +10,6 @@ no longer needs it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 
 from ring_actors.client.checkpoint import load_client_state
 from ring_actors.delivery.payloads import Channel, Payload
+from ring_actors.durable import write_atomic
 
 PayloadKey = tuple[int, int, int, str, str]
 
@@ -30,11 +30,7 @@ class Spool:
 
     def keep(self, payload: Payload) -> None:
         """Write ``payload``; a reader later sees all of it or none of it."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self._path(payload.key)
-        tmp = path.with_suffix(".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        write_atomic(self._path(payload.key), lambda file: torch.save(payload, file))
 
     def retain(self, keys: Iterable[PayloadKey]) -> None:
         """Delete every kept payload but those with ``keys``: the rest are merged and

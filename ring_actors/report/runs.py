@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from ring_actors.run_folder import RunFolder
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,15 @@ def load_run(path: Path) -> Run:
 
 
 def load_runs(paths: Iterable[Path]) -> list[Run]:
-    return [load_run(p) for p in find_runs(paths)]
+    """Every run that reads whole; one with a torn file (a run killed while an older version
+    rewrote it in place) is left out with a warning, not the whole report."""
+    runs = []
+    for path in find_runs(paths):
+        try:
+            runs.append(load_run(path))
+        except (ValueError, OSError, yaml.YAMLError) as err:  # JSON, Parquet and YAML errors
+            log.warning("%s left out of the report: a torn or unreadable file (%s)", path, err)
+    return runs
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

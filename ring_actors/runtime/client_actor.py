@@ -26,6 +26,9 @@ from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
 
+CONTROL_GROUP = "control"  # the coordinator's probes, apart from peers' receives
+CONCURRENCY_GROUPS = {CONTROL_GROUP: 2}
+
 
 def pick_device(num_gpus: float) -> torch.device:
     """The GPU Ray assigned to this actor, capped to its fraction; the CPU otherwise."""
@@ -118,9 +121,13 @@ class ClientActor:
     def hand_off(self, joiner: int, handle: ClientHandle) -> None:
         self.core.hand_off(joiner, handle)
 
+    # The coordinator's probes run on threads of their own: receives blocked on a slow disk
+    # (the spool) can take every default thread, and a busy client is not a hung one.
+    @ray.method(concurrency_group=CONTROL_GROUP)
     def ping(self) -> int:
         return self.core.ping()
 
+    @ray.method(concurrency_group=CONTROL_GROUP)
     def journal(self) -> list[dict]:
         return self.core.journal()
 

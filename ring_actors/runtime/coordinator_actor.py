@@ -19,6 +19,7 @@ from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.transport import ClientHandle, Readmission
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.ray_transport import RayClientHandle
+from ring_actors.timeouts import LOOP_JOIN_S, TRACKING_OPEN_JOIN_S
 
 __all__ = ["Coordinator"]
 
@@ -121,6 +122,6 @@ class Coordinator:
     def finalize(self, wall_s: float) -> dict[str, Any]:
         """Write the output files, log them to MLflow, close the run; return the summary."""
         self.stopping.set()
-        self.loop.join(timeout=5)
-        self.tracking.join(timeout=30)
+        self.loop.join(timeout=LOOP_JOIN_S)
+        self.tracking.join(timeout=TRACKING_OPEN_JOIN_S)
         return self.core.finalize(wall_s)

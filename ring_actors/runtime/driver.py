@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 import yaml
+from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
 
@@ -25,20 +26,22 @@ from ring_actors.coordinator.tracking import resolve_tracking_uri
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import DatasetArrays, load_dataset
+from ring_actors.durable import write_atomic
+from ring_actors.redact import public_config, redact_uri
 from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.actor_names import actor_name
-from ring_actors.runtime.client_actor import ClientActor
+from ring_actors.runtime.client_actor import CONCURRENCY_GROUPS, ClientActor
 from ring_actors.runtime.coordinator_actor import Coordinator
 from ring_actors.runtime.launch import LaunchError, Started, settle, start_clients, start_width
 from ring_actors.runtime.ray_transport import CALLEE_DIED
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
 from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
-from ring_actors.timeouts import LaunchTimeouts
+from ring_actors.timeouts import LaunchTimeouts, Timeouts
 
 log = logging.getLogger(__name__)
 
-CLIENT = ray.remote(ClientActor)
+CLIENT = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(ClientActor)
 SLOT_POOL = ray.remote(SlotPool)
 
 
@@ -63,6 +66,10 @@ class Experiment:
     resume: bool = False
     admitted: set[int] = field(default_factory=set)
     slot_pools: dict[str, ray.actor.ActorHandle] = field(default_factory=dict)
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return Timeouts.from_schedule(self.config.schedule)
 
     def create_clients(self, ids: list[int]) -> Started:
         """Start client actors for ``ids`` in waves and record where they landed.
@@ -131,12 +138,30 @@ class Experiment:
         for i in ids:
             self.admitted.add(i)
             node = self.placement[i]["node_id"]
-            ray.get(self.coordinator.admit.remote(i, self.clients[i], node, first_round))
+            call = self.coordinator.admit.remote(i, self.clients[i], node, first_round)
+            ask(self, call, self.timeouts.control_s)
         return ids
 
 
 class PlacementError(LaunchError):
     """The cluster cannot host every client the config asks for."""
+
+
+class CoordinatorLost(RuntimeError):
+    """The coordinator did not answer within its bound: the run ends without it (the
+    outputs it wrote last stay in the output directory, marked partial)."""
+
+
+def ask(experiment: Experiment, call: ray.ObjectRef, wait_s: float) -> Any:
+    """A driver's wait for one coordinator call, never longer than ``wait_s``."""
+    try:
+        return ray.get(call, timeout=wait_s)
+    except GetTimeoutError as err:
+        raise CoordinatorLost(
+            f"the coordinator did not answer within {wait_s:g} s "
+            f"(derived from schedule.hop_timeout_s={experiment.config.schedule.hop_timeout_s:g}); "
+            f"outputs so far in {experiment.output_dir}"
+        ) from err
 
 
 def _has_room(per_client_gb: float) -> bool:
@@ -278,7 +303,8 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
     else:
         check_output_dir(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
-        RunFolder(output_dir).config.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        public = public_config(config.to_dict())  # a resume passes a secret URI again
+        write_atomic(RunFolder(output_dir).config, yaml.safe_dump(public, sort_keys=False))
     with ThreadPoolExecutor(1) as pool:
         loading = pool.submit(_load_and_split, config)
         if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
@@ -325,10 +351,15 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
                 continue
             node, handle = experiment.placement[i]["node_id"], experiment.clients[i]
             if resume:  # the members the checkpoint knows, joiners included
-                if ray.get(coordinator.adopt.remote(i, handle, node)):
+                wait_s = experiment.timeouts.control_s
+                if ask(experiment, coordinator.adopt.remote(i, handle, node), wait_s):
                     experiment.admitted.add(i)
                 continue
-            ray.get(coordinator.register.remote(i, handle, node))
+            ask(
+                experiment,
+                coordinator.register.remote(i, handle, node),
+                experiment.timeouts.control_s,
+            )
             experiment.admitted.add(i)
     except BaseException:
         shutdown(experiment)  # nothing of a run that could not start stays on the cluster
@@ -337,16 +368,35 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
 
 
 def wait_and_finalize(experiment: Experiment, started: float, progress: bool) -> dict[str, Any]:
-    """Follow progress (applying the fault plan's driver-side entries) until all are done."""
+    """Follow progress (applying the fault plan's driver-side entries) until all are done.
+
+    A coordinator that does not answer is being restarted by Ray; one that stays silent
+    past ``coordinator_back_s`` never comes back (its node is gone, or its constructor
+    raises): :class:`CoordinatorLost` ends the run.
+    """
     config = experiment.config
+    timeouts = experiment.timeouts
+    silent_since: float | None = None
     total = config.clients.count * config.experiment.rounds
     applied: set[int] = set()
     printed = 0  # client errors shown so far
     with tqdm(total=total, desc="client-rounds", unit="rd", disable=not progress) as bar:
         while True:
             try:
-                state = ray.get(experiment.coordinator.progress.remote())
-            except CALLEE_DIED:  # the coordinator is being restarted: ask again
+                state = ray.get(
+                    experiment.coordinator.progress.remote(), timeout=timeouts.control_s
+                )
+                silent_since = None
+            except (*CALLEE_DIED, GetTimeoutError) as err:  # being restarted: ask again
+                now = time.monotonic()
+                silent_since = now if silent_since is None else silent_since
+                if now - silent_since > timeouts.coordinator_back_s:
+                    raise CoordinatorLost(
+                        f"the coordinator has not answered for {now - silent_since:.0f} s "
+                        f"(bound {timeouts.coordinator_back_s:g} s, 10 x "
+                        f"schedule.hop_timeout_s): {type(err).__name__}; outputs so far in "
+                        f"{experiment.output_dir}"
+                    ) from err
                 time.sleep(0.5)
                 continue
             for error in state.errors[printed:]:
@@ -376,7 +426,8 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
             if state.finished:
                 break
             time.sleep(0.5)
-    return ray.get(experiment.coordinator.finalize.remote(time.monotonic() - started))
+    call = experiment.coordinator.finalize.remote(time.monotonic() - started)
+    return ask(experiment, call, timeouts.finalize_s)
 
 
 def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
@@ -413,7 +464,7 @@ def describe_launch(experiment: Experiment) -> str:
             f"{facts['torch_threads']} torch threads each)"
         )
     lines.append(f"outputs: {experiment.output_dir}")
-    uri = resolve_tracking_uri(config.tracking.uri, Path.cwd())
+    uri = redact_uri(resolve_tracking_uri(config.tracking.uri, Path.cwd()))
     lines.append(
         f"mlflow:  {uri} (experiment {config.tracking.experiment or config.experiment.name})"
     )
@@ -439,7 +490,11 @@ def run_experiment(
         print(describe_launch(experiment), file=sys.stderr)
         started = time.monotonic()
         coordinator = experiment.coordinator
-        ray.get(coordinator.resume_run.remote() if resume else coordinator.start_clients.remote())
+        timeouts = experiment.timeouts
+        if resume:  # the coordinator waits for every client's journal
+            ask(experiment, coordinator.resume_run.remote(), timeouts.coordinator_back_s)
+        else:
+            ask(experiment, coordinator.start_clients.remote(), timeouts.control_s)
         try:
             summary = wait_and_finalize(experiment, started, progress)
         except KeyboardInterrupt:
@@ -448,7 +503,8 @@ def run_experiment(
                 f"--resume {experiment.output_dir}",
                 file=sys.stderr,
             )
-            summary = ray.get(coordinator.finalize.remote(time.monotonic() - started))
+            call = coordinator.finalize.remote(time.monotonic() - started)
+            summary = ask(experiment, call, timeouts.finalize_s)
             summary["stopped"] = "interrupted"
         summary["output_dir"] = str(experiment.output_dir)
         return summary

@@ -3,6 +3,7 @@ the round watchdog, and a checkpoint written before the coordinator acts."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -258,7 +259,6 @@ def test_a_restarted_coordinator_finds_a_member_gone_while_it_was_down(tmp_path)
 
 
 def test_the_output_tables_follow_the_run_and_say_they_are_partial(tmp_path):
-    import json
 
     import pyarrow.parquet as pq
 
@@ -289,3 +289,46 @@ def test_private_checkpoints_are_uploaded_only_when_asked(tmp_path, mlflow_uri, 
     uploaded = {a.path for a in MlflowClient(uri).list_artifacts(summary["mlflow"]["run_id"])}
     assert {"summary.json", "config.yaml", "metrics.parquet", "events.parquet"} <= uploaded
     assert ("clients" in uploaded) == upload and ("coordinator.json" in uploaded) == upload
+
+
+@pytest.mark.parametrize("fault", ["dead", "silent"])
+def test_the_run_stops_with_a_reason_when_its_last_live_member_is_gone(tmp_path, fault):
+    core, handles = make(tmp_path)
+    for c in range(3):
+        handles[c].state = fault
+    until(core, lambda: core.progress().stopped is not None)
+    assert not core.table.live and "no live client left" in core.progress().stopped
+    assert core.events[-1]["kind"] == "run_stopped"
+
+
+def test_a_hung_member_reporting_after_everyone_left_is_not_spliced_into_nothing(tmp_path):
+    core, handles = make(tmp_path, clients=2)
+    for c in range(2):
+        handles[c].state = "silent"
+    until(core, lambda: not core.table.live)
+    core.report_round(0, 0, {"loss": 1.0})  # raised IndexError from random.choice before
+    assert not core.table.live and core.progress().stopped is not None
+
+
+def test_the_history_is_appended_not_rewritten_and_a_restart_reads_it_back(tmp_path):
+    core, handles = make(tmp_path)
+    core.checkpoint(force=True)
+    small = (tmp_path / "coordinator.json").stat().st_size
+    for round_ in range(300):
+        for client in range(3):
+            core.report_round(client, round_, {"local_acc": 0.5, "loss": 1.0})
+        core.report_event(EventKind.WAIT_TIMEOUT, 0, round_, "x" * 50)
+    core.checkpoint(force=True)
+    # The record no longer carries the history: what is written every 0.5 s stays small
+    # (but for the metrics MLflow has not taken, which this test's tracker never sends).
+    record = json.loads((tmp_path / "coordinator.json").read_text())
+    unsent = len(json.dumps(record.pop("unsent_metrics")))
+    assert (record["rows"], record["events"], record["by_round"]) == ([], [], {})
+    assert (tmp_path / "coordinator.json").stat().st_size - unsent < small + 2000
+    with open(tmp_path / "coordinator.history.jsonl", "a") as file:
+        file.write('{"kind": "row", "entry": {"cli')  # a kill in the middle of an append
+    restarted = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), handles.get)
+    restarted.restore()
+    assert restarted.rows == core.rows and len(restarted.rows) == 900
+    assert restarted.events[:-1] == core.events  # and then its own: coordinator_restored
+    assert restarted.by_round == core.by_round

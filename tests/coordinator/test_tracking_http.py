@@ -179,3 +179,25 @@ def test_a_ring_whose_tracking_server_is_gone_finishes_and_keeps_its_metrics(ray
     assert {(f"client_{c}/local_acc", r) for c in range(4) for r in range(3)} <= keys
     assert {("local_acc_mean", r) for r in range(3)} <= keys
     assert len(keys) == len(rows)  # each metric once
+
+
+def test_a_writer_stuck_in_a_request_still_leaves_every_metric_in_the_file(tmp_path, monkeypatch):
+    listener = socket.socket()  # accepts connections and never answers
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")  # one request outlives end's wait
+    uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    retry = Retry(close_s=0.2, open_wait_s=0.1, request_timeout_s=0)
+    tracker = Tracker(uri, "stuck", "run", output_dir=tmp_path, retry=retry)
+    tracker.add_metrics({"loss": 1.5, "acc": 0.25}, 3)
+    started = time.monotonic()
+    path = tracker.end()
+    assert time.monotonic() - started < 15
+    # None before: the stuck writer had written nothing
+    assert path == RunFolder(tmp_path).unsent_metrics
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted((r["key"], r["value"], r["step"]) for r in rows) == [
+        ("acc", 0.25, 3),
+        ("loss", 1.5, 3),
+    ]
+    listener.close()

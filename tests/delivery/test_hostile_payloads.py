@@ -4,6 +4,9 @@ event), never raises, and its model is untouched until it merges what it took.""
 from __future__ import annotations
 
 import math
+import threading
+import time
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -151,3 +154,104 @@ def test_a_well_formed_share_is_taken():
     assert client.receive(payload)
     assert [p.sender for p in client.inbox.take(Channel.SHARE)] == [1]
     assert not math.isnan(float(next(iter(payload.tensors.values())).sum()))
+
+
+def rejected_with_event(client: ClientCore, payload: Payload) -> bool:
+    before = len(client.control.events)
+    accepted = client.receive(payload)
+    events = client.control.events[before:]
+    return not accepted and [e[0] for e in events] == ["payload_rejected"]
+
+
+def test_a_share_of_another_dtype_is_rejected():
+    client = fresh_client()
+    tensors = {k: v.clone().double() for k, v in SHARED.items()}  # shapes right, dtype not
+    assert rejected_with_event(client, Payload(1, 0, 2, 0, tensors, num_samples=4))
+
+
+def test_a_mis_shaped_init_is_rejected_not_acknowledged():
+    client = fresh_client()
+    wrong = {k: torch.zeros(3) for k in client.hand_off_tensors}
+    assert rejected_with_event(client, Payload(1, 0, 2, 0, wrong, channel=Channel.INIT))
+    right = {k: v.clone() for k, v in client.hand_off_tensors.items()}
+    assert client.receive(Payload(1, 0, 2, 1, right, channel=Channel.INIT))
+
+
+@pytest.mark.parametrize("field", ["round", "epoch"])
+def test_rounds_and_epochs_far_beyond_the_receivers_are_rejected(field):
+    client = fresh_client()
+    fields = {"sender": 1, "round": 0, "epoch": 2, "seq": 0, "num_samples": 4} | {field: 10**9}
+    payload = Payload(tensors={k: v.clone() for k, v in SHARED.items()}, **fields)
+    assert rejected_with_event(client, payload)
+    assert client.inbox.newest(Channel.SHARE, 1) == -1  # async would never wait for 1 again
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        LapHeader("avg", leader="0", attempt=0, epoch=2),
+        LapHeader("avg", leader=0, attempt=0, epoch=2, visited=("x",)),
+        LapHeader("avg", leader=0, attempt=-1, epoch=2),
+        LapHeader(7, leader=0, attempt=0, epoch=2),
+        LapHeader("avg", leader=0, attempt=0, epoch=2, contributors=[0]),
+    ],
+)
+def test_lap_headers_with_fields_of_the_wrong_type_are_rejected(header):
+    client = fresh_client()
+    token = Payload(1, 0, 2, 0, {"w": torch.ones(2)}, channel=Channel.LAP, lap=header)
+    assert rejected_with_event(client, token)
+
+
+def test_the_size_limit_counts_the_storage_a_view_drags_along():
+    client = fresh_client()
+    tensors = {k: v.clone() for k, v in SHARED.items()}
+    name = next(iter(tensors))
+    big = torch.zeros(tensors[name].numel() + 2**23)  # 32 MB of storage behind a small view
+    tensors[name] = big[: tensors[name].numel()].view_as(tensors[name])
+    assert rejected_with_event(client, Payload(1, 0, 2, 0, tensors, num_samples=4))
+
+
+def test_the_default_size_limit_is_derived_from_the_model_not_2_gib():
+    config = config_from_dict({"clients": {"count": 3}, "algorithm": {"name": "dfedavg"}})
+    method = build_algorithm(config, 0, 4, SHAPE, torch.device("cpu"))
+    client = ClientCore(0, config, method, ClientData(DATA, DATA, DATA), Reports())
+    model = sum(v.numel() * v.element_size() for v in SHARED.values())
+    assert model <= client.max_payload_bytes < 2**31
+    assert client.max_payload_bytes <= (config.total_clients + 1) * model + 2**20
+
+
+class LapPeer(Peer):
+    """A peer that acknowledges everything and holds no lap result yet."""
+
+    def lap_result(self, name, round_) -> Future:
+        future: Future = Future()
+        future.set_result(None)
+        return future
+
+
+def test_a_lap_token_that_would_broadcast_into_the_contribution_is_refused():
+    config = config_from_dict(
+        {"clients": {"count": 3}, "algorithm": {"name": "fedavg"}, "schedule": {"hop_timeout_s": 1}}
+    )
+    method = build_algorithm(config, 0, 4, SHAPE, torch.device("cpu"))
+    client = ClientCore(0, config, method, ClientData(DATA, DATA, DATA), Reports())
+    successor = LapPeer()
+    client.set_view(View(2, (0, 1, 2), (0, 0, 0)), {1: successor, 2: LapPeer()})
+    contribution = method.contribute("avg", 1)
+    name = next(iter(contribution))
+    header = LapHeader("avg", leader=1, attempt=0, epoch=2, visited=(1,), contributors=(1,))
+    token = {name: torch.ones(1)}  # one element: adding it to ours would broadcast
+    assert client.receive(Payload(2, 1, 2, 0, token, channel=Channel.LAP, lap=header))
+    result: list = []
+    lap = threading.Thread(target=lambda: result.append(client.laps.run("avg", 1, contribution)))
+    lap.start()
+    deadline = time.monotonic() + 10
+    while ("lap_token_refused", 1) not in [e[:2] for e in client.control.events]:
+        assert time.monotonic() < deadline, "the token was never refused"
+        time.sleep(0.05)
+    assert not [p for p in successor.got if p.channel == Channel.LAP]  # nothing forwarded
+    total = {k: v.clone() * 3 for k, v in contribution.items()}
+    done = LapHeader("avg", leader=1, attempt=0, epoch=2, visited=(1,), contributors=(0, 1, 2))
+    assert client.receive(Payload(1, 1, 2, 0, total, channel=Channel.LAP_RESULT, lap=done))
+    lap.join(5)
+    assert result and result[0].contributors == (0, 1, 2)

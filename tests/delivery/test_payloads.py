@@ -31,7 +31,8 @@ def test_key_identifies_a_delivery():
     assert make().key == (1, 2, 4, "share", "")
     assert make(channel=Channel.INIT).key == (1, 2, 4, "init", "")
     lap = LapHeader("avg", leader=0, attempt=4, epoch=3)
-    assert make(channel=Channel.LAP, lap=lap).key == (1, 2, 4, "lap", "avg")
+    # A lap token names its leader and epoch: each new leader counts attempts from 0.
+    assert make(channel=Channel.LAP, lap=lap).key == (1, 2, 4, "lap", "avg@0/3")
 
 
 def test_validate_accepts_a_good_payload():

@@ -100,3 +100,16 @@ def test_a_checkpoint_keeps_the_newest_push_and_those_not_yet_acknowledged(tmp_p
     restarted.load_checkpoint()
     assert [p.round for p in restarted.recent_pushes] == [1]
     assert restarted.last_push.round == 3
+
+
+def test_a_push_the_spool_could_not_keep_is_refused_whole_and_taken_when_resent(tmp_path):
+    client = checkpointing_core(tmp_path / "client-0.pt")
+    client.spool.directory.parent.mkdir(parents=True, exist_ok=True)
+    client.spool.directory.write_text("not a folder")  # every write into it fails
+    push = share(client, 2, 0)
+    assert not client.receive(push)  # refused: the sender keeps it and sends it again
+    assert not client.inbox.peek(lambda p: True)  # and nothing unsaved is merged
+    client.spool.directory.unlink()
+    assert client.receive(push)  # the re-send is not mistaken for a duplicate
+    assert [(p.sender, p.round) for p in client.inbox.peek(lambda p: True)] == [(2, 0)]
+    assert len(list(client.spool.directory.glob("*.pt"))) == 1

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from jobs.sweep import expand, main, plan
+from jobs.sweep import expand, finished, main, plan
 from tests.conftest import needs_data, small_config
 
 
@@ -87,3 +87,11 @@ def test_a_sweep_runs_its_grid_under_one_parent_and_a_rerun_skips_it(ray_local, 
     # A key that does not vary is not in the directory names: a change of it is refused.
     assert main([*argv, "experiment.rounds=2"]) == 2
     assert "holds a run of another config" in capsys.readouterr().err
+
+
+def test_a_torn_summary_counts_as_a_point_not_finished(tmp_path):
+    cell = write_cell(tmp_path)
+    (point,) = plan(cell, ["clients.count=3"], tmp_path / "s")
+    point.output_dir.mkdir(parents=True)
+    (point.output_dir / "summary.json").write_text('{"rounds_completed": 1, "par')
+    assert not finished(point)  # it raised JSONDecodeError, outside the sweep's try

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ring_actors.report.runs import find_runs, load_run, partition_label
+from ring_actors.report.runs import find_runs, load_run, load_runs, partition_label
 from tests.report.runfiles import event, make_run
 
 
@@ -58,3 +58,15 @@ def test_a_missing_events_table_counts_as_no_events(tmp_path):
 )
 def test_partitions_get_the_papers_short_names(partition, label):
     assert partition_label(partition) == label
+
+
+def test_a_run_with_a_torn_file_is_left_out_with_a_warning_and_the_rest_load(tmp_path, caplog):
+    make_run(tmp_path / "a", rounds=2)
+    make_run(tmp_path / "b", rounds=2)
+    (tmp_path / "b" / "summary.json").write_text('{"rounds_comp')
+    make_run(tmp_path / "c", rounds=2)
+    data = (tmp_path / "c" / "events.parquet").read_bytes()
+    (tmp_path / "c" / "events.parquet").write_bytes(data[: len(data) // 2])
+    runs = load_runs([tmp_path])
+    assert [r.name for r in runs] == ["a"]
+    assert "b" in caplog.text and "c" in caplog.text and "torn" in caplog.text

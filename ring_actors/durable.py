@@ -1,0 +1,50 @@
+"""Files that survive a kill: every file the system reads back is written whole or not at all.
+
+A reader sees the old file or the new one, never half of one, even when the writer is killed
+mid-write or the machine loses power: the bytes go to a temporary file in the same folder,
+are fsynced, the file is renamed over the old one, and the folder is fsynced so the rename
+itself is on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+
+def write_atomic(path: Path, content: bytes | str | Callable[[BinaryIO], None]) -> None:
+    """Replace ``path`` with ``content`` (bytes, text as UTF-8, or a function that writes to
+    the open binary file) atomically and durably."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Unique per writer: two threads or processes writing one path never share a draft.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as file:
+            if callable(content):
+                content(file)
+            else:
+                file.write(content.encode() if isinstance(content, str) else content)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or a deletion in ``directory`` durable (where the OS allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # a platform that cannot open folders: the rename is atomic still
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

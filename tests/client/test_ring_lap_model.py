@@ -1,0 +1,292 @@
+"""The ring lap, checked under adversarial schedules: real client cores (their RingLaps,
+Inbox and Outbox) joined by a network whose every message waits for a scheduler that
+delivers, loses (the sender re-sends), duplicates or reorders it, crashes members and
+changes the view. Invariants, checked after every schedule:
+
+- every member that ends the lap with a total holds the same total and the same
+  contributors, and the total is exactly the sum of those contributors' contributions;
+- with no crash, every member contributes (nothing acknowledged is lost);
+- every member's wait ends (within the lap's give-up time);
+- no token circles for ever: once the members are done, the network drains.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ring_actors.client.core import ClientCore, ClientData
+from ring_actors.config import config_from_dict
+from ring_actors.coordinator.membership import View
+from ring_actors.delivery.payloads import Channel, LapHeader, Payload
+from ring_actors.delivery.transport import PeerGone, PeerUnavailable
+from ring_actors.method_factory import build_algorithm
+from tests.algorithms.synthetic import separable
+from tests.client.test_client_core import Reports
+
+SHAPE = (1, 28, 28)
+HOP_S = 0.3
+LAP, ROUND = "avg", 1
+DATA = separable(16, 4, SHAPE)
+
+
+class Net:
+    """Every send waits here for the scheduler."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queue: list[tuple[int, Payload, Future]] = []
+        self.cores: dict[int, ClientCore] = {}
+        self.crashed: set[int] = set()
+        self.delivered = 0
+
+    def handle(self, target: int) -> Handle:
+        return Handle(self, target)
+
+    def step(self, action: str, pick: int) -> None:
+        with self.lock:
+            if not self.queue:
+                return
+            index = pick % len(self.queue)
+            target, payload, answer = self.queue[index]
+            if action != "duplicate":
+                del self.queue[index]
+        if target in self.crashed:
+            settle(answer, error=PeerGone(f"client {target}"))
+        elif action == "lose":  # no answer reached the sender: it sends again
+            settle(answer, error=PeerUnavailable(f"client {target}"))
+        else:  # a duplicate arrives twice: now, and again when delivered
+            self.delivered += 1
+            accepted = self.cores[target].receive(payload)
+            if action != "duplicate":
+                settle(answer, accepted)
+
+
+def settle(answer: Future, value: bool = False, error: Exception | None = None) -> None:
+    if answer.done():  # a duplicate's answer was given already
+        return
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(value)
+
+
+class Handle:
+    def __init__(self, net: Net, target: int) -> None:
+        self.net, self.target = net, target
+
+    def receive(self, payload: Payload) -> Future:
+        answer: Future = Future()
+        with self.net.lock:
+            self.net.queue.append((self.target, payload, answer))
+        return answer
+
+    def lap_result(self, name: str, round_: int) -> Future:
+        answer: Future = Future()
+        if self.target in self.net.crashed:
+            answer.set_exception(PeerGone(f"client {self.target}"))
+        else:
+            answer.set_result(self.net.cores[self.target].lap_result(name, round_))
+        return answer
+
+
+CONFIG = config_from_dict(
+    {
+        "clients": {"count": 4},
+        "algorithm": {"name": "fedavg"},
+        "schedule": {"hop_timeout_s": HOP_S},
+    }
+)
+METHODS = {m: build_algorithm(CONFIG, m, 4, SHAPE, torch.device("cpu")) for m in range(4)}
+
+
+def ring(members: int) -> tuple[Net, View]:
+    net = Net()
+    view = View(1, tuple(range(members)), (0,) * members)
+    for m in range(members):
+        net.cores[m] = ClientCore(m, CONFIG, METHODS[m], ClientData(DATA, DATA, DATA), Reports())
+    for m in range(members):
+        net.cores[m].set_view(view, {p: net.handle(p) for p in range(members) if p != m})
+    return net, view
+
+
+def contribution(member: int) -> dict[str, torch.Tensor]:
+    """Powers of two: a total names exactly the members summed into it."""
+    return {"x": torch.tensor([float(2**member)], dtype=torch.float64)}
+
+
+def run_schedule(members: int, schedule: list[tuple[str, int]]) -> dict:
+    """Run one lap under ``schedule``; the members' outcomes and the network's state."""
+    net, view = ring(members)
+    results: dict[int, object] = {}
+    started = time.monotonic()
+
+    def lap(member: int) -> None:
+        results[member] = net.cores[member].laps.run(LAP, ROUND, contribution(member))
+
+    threads = {m: threading.Thread(target=lap, args=(m,), daemon=True) for m in range(members)}
+    for thread in threads.values():
+        thread.start()
+    crashed: set[int] = set()
+    for action, pick in schedule:
+        if action == "crash":
+            victim = pick % members
+            if victim in crashed or len(crashed) + 2 > members:
+                continue
+            crashed.add(victim)
+            net.crashed.add(victim)
+            view = View(
+                view.epoch + 1,
+                tuple(m for m in view.members if m != victim),
+                (0,) * (len(view.members) - 1),
+            )
+            for m in view.members:
+                handles = {p: net.handle(p) for p in view.members if p != m}
+                net.cores[m].set_view(view, handles)
+        elif action == "wait":
+            time.sleep(HOP_S * (pick % 3))
+        else:
+            net.step(action, pick)
+        time.sleep(0.002)
+    give_up = net.cores[0].timeouts.lap_give_up_s
+    while any(t.is_alive() for t in threads.values()):  # then a fair network
+        assert time.monotonic() - started < 3 * give_up + 10, "a member's wait never ended"
+        net.step("deliver", 0)
+        time.sleep(0.002)
+    for thread in threads.values():
+        thread.join(1)
+    drained = 0
+    while net.queue and drained < 50 * members:  # tokens left must die out
+        net.step("deliver", 0)
+        drained += 1
+    return {"net": net, "results": results, "crashed": crashed, "live": view.members}
+
+
+def check(outcome: dict, members: int) -> None:
+    net, results, crashed = outcome["net"], outcome["results"], outcome["crashed"]
+    assert not net.queue, f"tokens still circling: {[(t, p.lap) for t, p, _ in net.queue][:3]}"
+    finished = {
+        m: (tuple(sorted(r.contributors)), float(r.total["x"]))
+        for m, r in results.items()
+        if r is not None and m not in crashed
+    }
+    for contributors, total in finished.values():
+        assert len(set(contributors)) == len(contributors)
+        assert total == sum(2**c for c in contributors), (contributors, total)
+    assert len(set(finished.values())) <= 1, f"members applied different totals: {finished}"
+    if not crashed:
+        assert len(finished) == members  # every wait ended with the lap
+        assert all(c == tuple(range(members)) for c, _ in finished.values())
+
+
+actions = st.tuples(
+    st.sampled_from(["deliver", "deliver", "deliver", "lose", "duplicate", "crash", "wait"]),
+    st.integers(0, 7),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(3, 4), st.lists(actions, max_size=40))
+def test_every_schedule_keeps_the_lap_exact_and_every_wait_bounded(members, schedule):
+    check(run_schedule(members, schedule), members)
+
+
+# ---- the defects a review found, each driven to its failure --------------------------------
+
+
+def deliver_until(net: Net, done, limit_s: float = 5.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline, "never got there"
+        net.step("deliver", 0)
+        time.sleep(0.005)
+
+
+def lap_tokens(net: Net, sender: int | None = None, leader: int | None = None) -> list:
+    with net.lock:
+        return [
+            (t, p)
+            for t, p, _ in net.queue
+            if p.channel == Channel.LAP
+            and (sender is None or p.sender == sender)
+            and (leader is None or p.lap.leader == leader)
+        ]
+
+
+def test_a_new_leaders_token_is_not_taken_for_a_duplicate_of_the_old_leaders():
+    """Each leader counts attempts from 0: the forwarder's key (sender, round, attempt,
+    lap) of the new leader's token equalled the old one's, and the inbox dropped it."""
+    net, view = ring(4)  # round 1's leader is member 1
+    threads = [
+        threading.Thread(target=net.cores[m].laps.run, args=(LAP, ROUND, contribution(m)))
+        for m in (0, 2, 3)
+    ]
+    for thread in threads:
+        thread.start()
+    header = LapHeader(LAP, leader=1, attempt=0, epoch=1, visited=(1,), contributors=(1,))
+    assert net.cores[2].receive(
+        Payload(1, ROUND, 1, 0, contribution(1), channel=Channel.LAP, lap=header)
+    )
+    deliver_until(net, lambda: lap_tokens(net, sender=3))  # 2 -> 3 delivered, 3 forwarded
+    net.crashed.add(1)  # the leader dies; member 2 leads in the new view
+    new = View(2, (0, 2, 3), (0, 0, 0))
+    for m in new.members:
+        net.cores[m].set_view(new, {p: net.handle(p) for p in new.members if p != m})
+    with net.lock:  # the old epoch's tokens are gone with it
+        net.queue = [(t, p, a) for t, p, a in net.queue if p.channel != Channel.LAP]
+    deliver_until(net, lambda: lap_tokens(net, sender=2, leader=2))
+    retry_s = net.cores[0].timeouts.lap_retry_s
+    started = time.monotonic()
+    deliver_until(net, lambda: lap_tokens(net, sender=3, leader=2), limit_s=retry_s)
+    assert time.monotonic() - started < retry_s  # 3 forwarded it, no restart needed
+    deliver_until(net, lambda: not any(t.is_alive() for t in threads), limit_s=10)
+
+
+def result_token(
+    leader: int, epoch: int, contributors: tuple[int, ...], sender: int | None = None
+) -> Payload:
+    sender = leader if sender is None else sender
+    header = LapHeader(LAP, leader, 0, epoch, visited=(leader,), contributors=contributors)
+    total = {"x": torch.tensor([float(sum(2**c for c in contributors))], dtype=torch.float64)}
+    return Payload(sender, ROUND, epoch, 0, total, channel=Channel.LAP_RESULT, lap=header)
+
+
+def test_a_member_forwards_the_result_it_kept_not_a_later_different_one():
+    net, _ = ring(4)
+    member = net.cores[2]
+    assert member.receive(result_token(1, 1, (0, 1, 2, 3)))
+    assert member.receive(result_token(1, 1, (1, 2)))  # another attempt's total
+    kept = member.lap_result(LAP, ROUND)
+    with net.lock:
+        sent = [p for _, p, _ in net.queue if p.channel == Channel.LAP_RESULT]
+    assert sent and all(p.lap.contributors == kept.contributors for p in sent)
+    assert all(torch.equal(p.tensors["x"], kept.total["x"]) for p in sent)
+
+
+def test_a_result_of_an_older_epoch_from_a_bypassed_leader_is_refused():
+    net, _ = ring(4)
+    new = View(2, (0, 2, 3), (0, 0, 0))  # 1 was bypassed
+    member = net.cores[2]
+    member.set_view(new, {p: net.handle(p) for p in new.members if p != 2})
+    member.receive(result_token(1, 1, (1, 2), sender=3))  # passed on by a live member
+    assert member.lap_result(LAP, ROUND) is None
+
+
+def test_a_token_for_a_round_nobody_runs_any_more_does_not_circle():
+    net, _ = ring(3)
+    for core in net.cores.values():
+        core.completed = 5  # round 1 is long done and forgotten everywhere
+    header = LapHeader(LAP, leader=0, attempt=0, epoch=1, visited=(0,), contributors=(0,))
+    net.cores[1].receive(Payload(0, ROUND, 1, 0, contribution(0), channel=Channel.LAP, lap=header))
+    hops = 0
+    while net.queue and hops < 30:
+        net.step("deliver", 0)
+        hops += 1
+    assert not net.queue and hops <= 3  # once round at most
