@@ -185,7 +185,8 @@ class ClientCore(PeerAnswers, Checkpointing):
             while round_ < self.config.experiment.rounds and self._time_left() > 0:
                 round_ = self._offline_if_due(round_)
                 self.round = round_
-                self.run_round(round_)
+                if not self.run_round(round_):
+                    break  # the time budget ran out while it waited
                 self.completed = round_
                 self.laps.forget_before(round_ - KEEP_ROUNDS)
                 self.inbox.forget_before(round_ - KEEP_ROUNDS)
@@ -230,14 +231,17 @@ class ClientCore(PeerAnswers, Checkpointing):
             f"{payload.nbytes} bytes from {payload.sender}",
         )
 
-    def run_round(self, round_: int) -> None:
-        """Gather, merge and train, run the laps, evaluate, publish, and report."""
+    def run_round(self, round_: int) -> bool:
+        """Gather, merge and train, run the laps, evaluate, publish, and report; False
+        when the time budget ran out during the gather (nothing trained)."""
         if round_ > self.resumed_after and self.faults is not None:
             strike(self.config.faults, self.id, round_, self.faults)
         started = time.monotonic()
         bytes_before = self.outbox.bytes_dispatched
         slot_wait_before = self.slots.waited_s
         received = self._gather(round_)
+        if self._time_left() <= 0:
+            return False
         delay = slow_delay(self.config.faults, self.id, round_)
         if delay:
             time.sleep(delay)
@@ -299,6 +303,7 @@ class ClientCore(PeerAnswers, Checkpointing):
         if self.checkpoint_path is not None:
             self.save_checkpoint(round_)
         self.control.report_round(self.id, round_, metrics)
+        return True
 
     def _gather(self, round_: int) -> list[Payload]:
         """What to merge this round, after waiting as the schedule mode requires.
