@@ -251,8 +251,9 @@ class ClientCore(PeerAnswers, Checkpointing):
             self.algorithm.merge([p.to(self.device) for p in received])
             metrics = self.algorithm.train_round(self.data.train)
             train_s = time.monotonic() - computing
-        slowed_s = self.hetero.compute_delay(self.id, train_s)
-        if slowed_s > 0:  # a slower device's extra time, slept outside the slot
+        # A slower device's extra time, slept outside the slot (never past the time budget).
+        slowed_s = min(self.hetero.compute_delay(self.id, train_s), max(0.0, self._time_left()))
+        if slowed_s > 0:
             factor = self.hetero.speed_factor(self.id)
             self.event(
                 EventKind.COMPUTE_DELAY, round_, f"speed factor {factor:g}", duration_s=slowed_s
