@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ring_actors.config import ConfigError, config_from_dict
+from ring_actors.delivery.payloads import Payload
 from ring_actors.heterogeneity import (
     AvailabilitySection,
     ComputeSection,
@@ -20,7 +21,6 @@ from ring_actors.heterogeneity import (
     LinksSection,
 )
 from ring_actors.in_process import InProcessRing
-from ring_actors.protocol import Payload
 from tests.test_in_process import CLASSES, SHAPE, client_data
 
 

@@ -9,7 +9,7 @@ from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.dfedavg import DFedAvg, DFedAvgOptions
 from ring_actors.algorithms.drdfl import DRDFL, LEARNGENE_PREFIX, DRDFLOptions
 from ring_actors.algorithms.staleness import staleness, staleness_weights, weighted_average
-from ring_actors.protocol import Payload, detach_to_cpu
+from ring_actors.delivery.payloads import Payload, detach_to_cpu
 
 CPU = torch.device("cpu")
 

@@ -237,9 +237,7 @@ def test_bad_choice_names_key_and_allowed_values(override, key, allowed):
 
 
 def test_algorithm_name_selects_the_options_class():
-    assert type(load_config(None, ["algorithm.name=dfedavg"]).algorithm.options) is (
-        DFedAvgOptions
-    )
+    assert type(load_config(None, ["algorithm.name=dfedavg"]).algorithm.options) is (DFedAvgOptions)
     assert type(load_config(None, ["algorithm.name=local"]).algorithm.options) is (AlgorithmOptions)
     assert type(load_config(None, ["algorithm.name=drdfl"]).algorithm.options) is DRDFLOptions
 
