@@ -131,7 +131,8 @@ def test_a_slow_link_holds_each_hop_and_queues_the_next_behind_it():
     assert 0.2 - 0.02 <= t0 - sent < 0.2 + 0.1  # 0.1 s latency + 0.1 s transfer
     assert 0.3 - 0.02 <= t1 - sent < 0.3 + 0.1  # queued behind the first transfer
     assert [target for target, _ in reported] == [1, 1]
-    assert reported[1][1] == pytest.approx(0.3, abs=0.02)
+    assert reported[0][1] == pytest.approx(0.2, abs=1e-3)  # as computed when it was sent
+    assert 0.2 <= reported[1][1] <= 0.3 + 1e-3  # sent a moment later, due 0.1 s after the first
 
 
 def ring(tmp_path, heterogeneity, rounds=4, count=4, schedule=None, experiment=None, **extra):
@@ -167,48 +168,86 @@ def test_a_slow_client_sleeps_in_proportion_to_its_own_compute(tmp_path):
     assert all(reports[r][c]["compute_delay_s"] == 0 for r in reports for c in (0, 1, 3))
 
 
+def record_hops(run) -> tuple[dict, dict]:
+    """When each push left its sender (per target) and reached its receiver."""
+    sent, arrived = {}, {}
+    for client in run.clients.values():
+        core = client.core
+
+        def send(target, payload, core=core, send=core.outbox.send):
+            sent[(core.id, target, payload.round)] = time.monotonic()
+            send(target, payload)
+
+        def receive(payload, core=core, receive=core.receive):
+            arrived.setdefault((payload.sender, core.id, payload.round), time.monotonic())
+            return receive(payload)
+
+        core.outbox.send = send
+        core.receive = receive
+    return sent, arrived
+
+
 @pytest.mark.slow
 def test_a_slow_link_delays_exactly_the_hops_over_it(tmp_path):
     trace = tmp_path / "trace.json"
-    trace.write_text(json.dumps({"links": [{"from": 1, "to": 2, "latency_s": 0.3}]}))
+    trace.write_text(json.dumps({"links": [{"from": 1, "to": 2, "latency_s": 1.0}]}))
     run = ring(tmp_path, {"trace": str(trace)}, rounds=3)
-    summary = run.run(timeout_s=60)
+    sent, arrived = record_hops(run)
+    summary = run.run(timeout_s=120)
     assert summary["rounds_completed"] == 3 and summary["events"]["lost_payloads"] == 0
     delays = events(run, "link_delay")
     assert len(delays) == 3  # one push per round from 1 to 2, and nothing else
     assert all(e["client"] == 1 and "to 2," in e["detail"] for e in delays)
-    assert all(e["duration_s"] >= 0.3 - 1e-6 for e in delays)
-    # Round 1 merges the round-0 pushes: only client 2's came over the slow link.
-    waited = {c: run.coordinator.by_round[1][c]["gather_wait_s"] for c in range(4)}
-    assert waited[2] >= 0.25
-    assert all(waited[c] < 0.2 for c in (0, 1, 3)), waited
+    assert all(e["duration_s"] >= 1.0 - 1e-6 for e in delays)
+    assert len(sent) == 12 and set(arrived) == set(sent)
+    took = {hop: arrived[hop] - sent[hop] for hop in sent}
+    over = {hop: t for hop, t in took.items() if hop[:2] == (1, 2)}
+    others = {hop: t for hop, t in took.items() if hop[:2] != (1, 2)}
+    assert len(over) == 3 and all(t >= 1.0 - 0.01 for t in over.values()), over
+    assert all(t < 0.5 for t in others.values()), others
 
 
 @pytest.mark.slow
 def test_an_offline_client_leaves_rejoins_and_keeps_what_it_held(tmp_path):
     trace = tmp_path / "trace.json"
-    trace.write_text(json.dumps({"availability": {"2": [[0.2, 1.2]]}}))
+    trace.write_text(json.dumps({"availability": {"2": [[0.5, 5.0]]}}))
     run = ring(
-        tmp_path,
-        {"trace": str(trace)},
-        rounds=12,
-        schedule={"mode": "async", "max_staleness": 1000},
+        tmp_path, {"trace": str(trace)}, rounds=8, schedule={"mode": "async", "max_staleness": 1000}
     )
     core = run.clients[2].core
     algorithm = core.algorithm
-    summary = run.run(timeout_s=60)
+    held = {}
+    leave, come_back = run.coordinator.leave, run.coordinator.come_back
+
+    def snapshot() -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in core.algorithm.model.state_dict().items()}
+
+    def leaving(client_id, round_, off_s):
+        held["model"], held["completed"] = snapshot(), core.completed
+        held["in_flight"] = len(core.outbox.in_flight)
+        leave(client_id, round_, off_s)
+
+    def coming_back(client_id, round_):
+        back = snapshot()
+        held["kept"] = all(torch.equal(v, back[k]) for k, v in held["model"].items())
+        held["completed_back"] = core.completed
+        return come_back(client_id, round_)
+
+    run.coordinator.leave, run.coordinator.come_back = leaving, coming_back
+    summary = run.run(timeout_s=120)
     offline = events(run, "offline")
     assert [e["client"] for e in offline] == [2]
-    assert 0 < offline[0]["duration_s"] <= 1.0 + 1e-6  # from its next round boundary to 1.2 s
+    assert 0 < offline[0]["duration_s"] <= 4.5 + 1e-6  # from its next round boundary to 5 s
     bypass = [e for e in events(run, "bypass") if e["client"] == 2]
     rejoin = [e for e in events(run, "rejoin") if e["client"] == 2]
     assert len(bypass) == 1 and len(rejoin) == 1
     assert rejoin[0]["time_s"] - offline[0]["time_s"] >= offline[0]["duration_s"] - 0.05
     assert "as a new client" not in rejoin[0]["detail"]  # back with its own state
+    assert held["kept"] and held["completed_back"] == held["completed"]  # nothing trained away
     assert core.algorithm is algorithm  # never re-initialised from a hand-off
     assert not [e for e in run.coordinator.events if e["kind"].startswith("join")]
-    assert summary["events"]["lost_payloads"] == 0
-    assert 2 in summary["ring_order"] and core.completed == 11
+    assert summary["events"]["lost_payloads"] == 0  # what it had in flight was delivered
+    assert 2 in summary["ring_order"] and core.completed == 7
 
 
 @pytest.mark.slow
@@ -217,18 +256,18 @@ def test_a_time_budget_ends_the_run_and_evaluates_at_wall_clock_marks(tmp_path):
         tmp_path,
         {},
         rounds=10_000,
-        experiment={"time_budget_s": 2.0},
-        eval={"every": 10_000, "every_s": 0.5},
+        experiment={"time_budget_s": 4.0},
+        eval={"every": 10_000, "every_s": 1.0},
     )
     started = time.monotonic()
     run.run(timeout_s=60)
-    assert time.monotonic() - started < 8.0
+    assert time.monotonic() - started < 12.0
     completed = [c.core.completed for c in run.clients.values()]
     assert all(0 < n < 10_000 for n in completed)
     for client in range(4):
         times = sorted(r["time_s"] for r in run.coordinator.rows if r["client"] == client)
-        assert len(times) >= 3  # marks at 0.5, 1.0, 1.5 s, and the last round
-        assert times[-1] >= 1.9
+        assert len(times) >= 2  # the first rounds past the 1 s and 2 s marks at least
+        assert times[-1] >= 2.0
 
 
 @pytest.mark.slow
