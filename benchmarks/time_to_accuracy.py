@@ -114,8 +114,8 @@ def run_arm(args: argparse.Namespace, name: str, seed: int) -> dict[str, Any]:
         ring = InProcessRing.from_config(config, Path(tmp))
         ring.run(timeout_s=args.budget_s + 600)
     wall = time.monotonic() - started
-    rows = ring.coordinator.rows
-    events = ring.coordinator.events
+    rows = ring.coordinator.results.rows
+    events = ring.coordinator.results.events
     rounds = [c.core.completed + 1 for c in ring.clients.values()]
     result = {"arm": name, "seed": seed, "wall_s": wall, "rounds": rounds}
     for key, target in (("global_acc", args.target_global), ("local_acc", args.target_local)):

@@ -150,7 +150,7 @@ def ring(tmp_path, heterogeneity, rounds=4, count=4, schedule=None, experiment=N
 
 
 def events(run, kind):
-    return [e for e in run.coordinator.events if e["kind"] == kind]
+    return [e for e in run.coordinator.results.events if e["kind"] == kind]
 
 
 @pytest.mark.slow
@@ -160,7 +160,7 @@ def test_a_slow_client_sleeps_in_proportion_to_its_own_compute(tmp_path):
     assert summary["rounds_completed"] == 4
     delays = events(run, "compute_delay")
     assert {e["client"] for e in delays} == {2} and len(delays) == 4
-    reports = run.coordinator.by_round
+    reports = run.coordinator.results.by_round
     for e in delays:
         metrics = reports[e["round"]][2]
         assert e["duration_s"] == pytest.approx(2 * metrics["train_s"])  # (3 - 1) x compute
@@ -210,9 +210,13 @@ def test_a_slow_link_delays_exactly_the_hops_over_it(tmp_path):
 @pytest.mark.slow
 def test_an_offline_client_leaves_rejoins_and_keeps_what_it_held(tmp_path):
     trace = tmp_path / "trace.json"
-    trace.write_text(json.dumps({"availability": {"2": [[0.5, 5.0]]}}))
-    run = ring(
-        tmp_path, {"trace": str(trace)}, rounds=8, schedule={"mode": "async", "max_staleness": 1000}
+    trace.write_text(json.dumps({"availability": {"2": [[0.5, 3.0]]}}))
+    run = ring(  # the others train on until 6 s: the ring is still there when it comes back
+        tmp_path,
+        {"trace": str(trace)},
+        rounds=10_000,
+        experiment={"time_budget_s": 6.0},
+        schedule={"mode": "async", "max_staleness": 1000},
     )
     core = run.clients[2].core
     algorithm = core.algorithm
@@ -237,7 +241,7 @@ def test_an_offline_client_leaves_rejoins_and_keeps_what_it_held(tmp_path):
     summary = run.run(timeout_s=120)
     offline = events(run, "offline")
     assert [e["client"] for e in offline] == [2]
-    assert 0 < offline[0]["duration_s"] <= 4.5 + 1e-6  # from its next round boundary to 5 s
+    assert 0 < offline[0]["duration_s"] <= 2.5 + 1e-6  # from its next round boundary to 3 s
     bypass = [e for e in events(run, "bypass") if e["client"] == 2]
     rejoin = [e for e in events(run, "rejoin") if e["client"] == 2]
     assert len(bypass) == 1 and len(rejoin) == 1
@@ -245,9 +249,9 @@ def test_an_offline_client_leaves_rejoins_and_keeps_what_it_held(tmp_path):
     assert "as a new client" not in rejoin[0]["detail"]  # back with its own state
     assert held["kept"] and held["completed_back"] == held["completed"]  # nothing trained away
     assert core.algorithm is algorithm  # never re-initialised from a hand-off
-    assert not [e for e in run.coordinator.events if e["kind"].startswith("join")]
+    assert not [e for e in run.coordinator.results.events if e["kind"].startswith("join")]
     assert summary["events"]["lost_payloads"] == 0  # what it had in flight was delivered
-    assert 2 in summary["ring_order"] and core.completed == 7
+    assert 2 in summary["ring_order"] and core.completed > held["completed"]  # trained on
 
 
 @pytest.mark.slow
@@ -265,7 +269,7 @@ def test_a_time_budget_ends_the_run_and_evaluates_at_wall_clock_marks(tmp_path):
     completed = [c.core.completed for c in run.clients.values()]
     assert all(0 < n < 10_000 for n in completed)
     for client in range(4):
-        times = sorted(r["time_s"] for r in run.coordinator.rows if r["client"] == client)
+        times = sorted(r["time_s"] for r in run.coordinator.results.rows if r["client"] == client)
         assert len(times) >= 2  # the first rounds past the 1 s and 2 s marks at least
         assert times[-1] >= 2.0
 
