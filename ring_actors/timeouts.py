@@ -27,6 +27,7 @@ class Timeouts:
 
     hop_s: float  # a send unacknowledged this long gets its target reported
     gather_s: float  # the longest a round waits for its in-neighbours' payloads
+    round_wait_s: float  # what a round waits for them: schedule.max_wait_s, at most gather_s
     hand_off_s: float  # the longest a joiner waits for its predecessor's hand-off
     pull_s: float  # the longest a pull waits for the peers' answers
     lap_retry_s: float  # a lap leader restarts an attempt that has not come back
@@ -52,6 +53,9 @@ class Timeouts:
         return cls(
             hop_s=hop_s,
             gather_s=hop_s,
+            round_wait_s=min(
+                hop_s, schedule.max_wait_s if schedule.max_wait_s is not None else hop_s
+            ),
             hand_off_s=hop_s,
             pull_s=hop_s,
             lap_retry_s=2 * hop_s,

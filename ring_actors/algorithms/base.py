@@ -79,6 +79,13 @@ class Algorithm(ABC):
     def shared_state(self) -> dict[str, torch.Tensor]:
         """Tensors that leave this client; an empty dict means nothing is sent."""
 
+    current_round = -1  # the round in progress, for a merge that weighs states by age
+
+    def begin_round(self, round_: int) -> None:
+        """The runtime starts ``round_`` (before ``merge``): a payload's ``round`` against
+        it is how stale the payload is."""
+        self.current_round = round_
+
     @abstractmethod
     def merge(self, received: list[Payload]) -> None:
         """Combine payloads from in-neighbours into the local state."""

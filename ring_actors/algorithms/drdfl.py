@@ -20,6 +20,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
+from ring_actors.algorithms.staleness import staleness_weights, weighted_average
 from ring_actors.data.images import LabelledImages
 from ring_actors.delivery.payloads import Payload
 from ring_actors.models import build_backbone
@@ -49,6 +50,9 @@ class DRDFLOptions(AlgorithmOptions):
     noise_var: float = 0.15
     var_floor: float = 1e-3
     merge: Literal["average", "replace"] = "average"
+    # A received Learngene s rounds old weighs (1 + s) ** -staleness_exponent
+    # (ring_actors.algorithms.staleness); 0: the plain average.
+    staleness_exponent: float = 0.0
     routing: Literal["elbo", "literal"] = "elbo"
     t_init: int = 5
     use_pr: bool = True
@@ -69,6 +73,8 @@ class DRDFLOptions(AlgorithmOptions):
             raise ValueError("noise_var must be >= 0")
         if not self.var_floor > 0:
             raise ValueError("var_floor must be > 0")
+        if not self.staleness_exponent >= 0:
+            raise ValueError(f"staleness_exponent: must be >= 0, got {self.staleness_exponent}")
         if self.merge not in ("average", "replace"):
             raise ValueError(f"merge must be 'average' or 'replace', got {self.merge!r}")
         if self.routing not in ("elbo", "literal"):
@@ -206,10 +212,12 @@ class DRDFL(Algorithm):
         if not received:
             return
         incoming = [p.tensors for p in received]
+        exponent = self.options.staleness_exponent
+        weights = staleness_weights(self.current_round, [p.round for p in received], exponent)
 
         def mean_of(name: str, own: torch.Tensor | None = None) -> torch.Tensor:
             values = [t[name].to(self.device) for t in incoming]
-            return torch.stack(values if own is None else [own, *values]).mean(0)
+            return weighted_average(own, values, weights)
 
         own_weight = self.options.merge == "average"
         for name, value in self._learngene_state().items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -23,6 +23,7 @@ from ring_actors.delivery.payload_checks import Bounds, TensorSpec, check_tensor
 from ring_actors.delivery.payloads import Channel, JournalEntry, Payload, PayloadError
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ClientHandle, ControlLink
+from ring_actors.heterogeneity import Heterogeneity
 from topologies import Topology
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class PeerAnswers:
     spool_lock: threading.Lock
     checkpoint_path: Path | None
     control: ControlLink
+    hetero: Heterogeneity  # slow links wrap the handles peers are reached through
+    _on_link: Callable[[Payload, int, float], None]
 
     def receive(self, payload: Payload) -> bool:
         """Validate and enqueue (or, for a ring lap, pass on); never blocks on training.
@@ -138,6 +141,7 @@ class PeerAnswers:
         with self.lock:
             if view.epoch <= self.view.epoch:
                 return  # idempotent: an old or repeated broadcast changes nothing
+            handles = self.hetero.wrap(self.id, handles, self._on_link)
             self.view, self.handles = view, {**self.handles, **handles}
             self.outbox.set_handles(handles)
         pushes: list[Payload] = []
@@ -168,7 +172,7 @@ class PeerAnswers:
             tensors = self.hand_off_tensors
             epoch = self.view.epoch
         if tensors:
-            self.outbox.set_handles({joiner: handle})
+            self.outbox.set_handles(self.hetero.wrap(self.id, {joiner: handle}, self._on_link))
             payload = Payload(
                 self.id,
                 max(self.completed, 0),

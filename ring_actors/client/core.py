@@ -9,6 +9,7 @@ are thin shells that build a core and forward calls to it.
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import sys
 import threading
@@ -46,6 +47,7 @@ from ring_actors.delivery.payloads import (
 )
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ClientHandle, ControlLink, PeerGone, wait_all
+from ring_actors.heterogeneity import Heterogeneity
 from ring_actors.timeouts import Timeouts
 from topologies import build_topology
 
@@ -130,6 +132,12 @@ class ClientCore(PeerAnswers, Checkpointing):
         # lock keeps a push from being dropped between entering the inbox and the spool.
         self.spool = Spool(checkpoint_path.with_suffix(".inbox")) if checkpoint_path else None
         self.spool_lock = threading.Lock()
+        self.hetero = Heterogeneity(
+            config.heterogeneity, config.experiment.seed, config.total_clients
+        )
+        self.started_at = time.monotonic()  # the clock of availability, budget and marks
+        self.next_mark_s = config.eval.every_s or math.inf
+        self.gather_wait_s = 0.0
 
     def start(self, first_round: int = 0, joining: bool = False) -> None:
         """Start the round loop on its own thread and return at once.
@@ -150,6 +158,7 @@ class ClientCore(PeerAnswers, Checkpointing):
             self._start_thread(self.completed + 1, joining=False)
 
     def _start_thread(self, first_round: int, joining: bool) -> None:
+        self.started_at = time.monotonic()
         self.thread = threading.Thread(
             target=self.run, args=(first_round, joining), name=f"client-{self.id}", daemon=True
         )
@@ -168,8 +177,8 @@ class ClientCore(PeerAnswers, Checkpointing):
     def tick(self) -> None:
         self.outbox.poll()
 
-    def event(self, kind: EventKind, round_: int, detail: str = "") -> None:
-        self.control.report_event(kind, self.id, round_, detail)
+    def event(self, kind: EventKind, round_: int, detail: str = "", **measured: float) -> None:
+        self.control.report_event(kind, self.id, round_, detail, **measured)
 
     def fetch_lap_result(self, leader: int, name: str, round_: int) -> LapResult | None:
         with self.lock:
@@ -189,12 +198,16 @@ class ClientCore(PeerAnswers, Checkpointing):
             if joining:
                 self.algorithm.joining(first_round)
                 self._initialise_from_hand_off()
-            for round_ in range(first_round, self.config.experiment.rounds):
+            round_ = first_round
+            while round_ < self.config.experiment.rounds and self._time_left() > 0:
+                round_ = self._offline_if_due(round_)
                 self.round = round_
-                self.run_round(round_)
+                if not self.run_round(round_):
+                    break  # the time budget ran out while it waited
                 self.completed = round_
                 self.laps.forget_before(round_ - KEEP_ROUNDS)
                 self.inbox.forget_before(round_ - KEEP_ROUNDS)
+                round_ += 1
             lost = self.outbox.drain(self.timeouts.drain_s)
             if lost:
                 self.event(
@@ -235,22 +248,34 @@ class ClientCore(PeerAnswers, Checkpointing):
             f"{payload.nbytes} bytes from {payload.sender}",
         )
 
-    def run_round(self, round_: int) -> None:
-        """Gather, merge and train, run the laps, evaluate, publish, and report."""
+    def run_round(self, round_: int) -> bool:
+        """Gather, merge and train, run the laps, evaluate, publish, and report; False
+        when the time budget ran out during the gather (nothing trained)."""
         if round_ > self.resumed_after and self.faults is not None:
             strike(self.config.faults, self.id, round_, self.faults)
         started = time.monotonic()
         bytes_before = self.outbox.bytes_dispatched
         slot_wait_before = self.slots.waited_s
         received = self._gather(round_)
+        if self._time_left() <= 0:
+            return False
         delay = slow_delay(self.config.faults, self.id, round_)
         if delay:
             time.sleep(delay)
         with self.slots.hold(round_):
             computing = time.monotonic()
+            self.algorithm.begin_round(round_)
             self.algorithm.merge([p.to(self.device) for p in received])
             metrics = self.algorithm.train_round(self.data.train)
             train_s = time.monotonic() - computing
+        # A slower device's extra time, slept outside the slot (never past the time budget).
+        slowed_s = min(self.hetero.compute_delay(self.id, train_s), max(0.0, self._time_left()))
+        if slowed_s > 0:
+            factor = self.hetero.speed_factor(self.id)
+            self.event(
+                EventKind.COMPUTE_DELAY, round_, f"speed factor {factor:g}", duration_s=slowed_s
+            )
+            time.sleep(slowed_s)
         non_finite = sorted(k for k, v in metrics.items() if not _finite(v))
         for name in self.algorithm.laps(round_):
             contribution = detach_to_cpu(self.algorithm.contribute(name, round_))
@@ -269,8 +294,7 @@ class ClientCore(PeerAnswers, Checkpointing):
                 metrics[f"lap_{name}_checksum"] = lap_checksum(result.total)
         if non_finite:
             raise NonFiniteError(f"round {round_}: non-finite {', '.join(non_finite)}")
-        every, last = self.config.eval.every, self.config.experiment.rounds - 1
-        if round_ % every == every - 1 or round_ == last:
+        if self._evaluates(round_):
             with self.slots.hold(round_):
                 for prefix, data in (
                     ("local", self.data.local_test),
@@ -284,6 +308,8 @@ class ClientCore(PeerAnswers, Checkpointing):
             train_s=train_s,
             slot_wait_s=self.slots.waited_s - slot_wait_before,
             round_s=time.monotonic() - started,
+            compute_delay_s=slowed_s,
+            gather_wait_s=self.gather_wait_s,
             samples=float(len(self.data.train)),
             bytes_sent=float(self.outbox.bytes_dispatched - bytes_before),
             peak_rss_mb=peak_rss_mb(),
@@ -295,6 +321,7 @@ class ClientCore(PeerAnswers, Checkpointing):
         if self.checkpoint_path is not None:
             self.save_checkpoint(round_)
         self.control.report_round(self.id, round_, metrics)
+        return True
 
     def _gather(self, round_: int) -> list[Payload]:
         """What to merge this round, after waiting as the schedule mode requires.
@@ -304,6 +331,7 @@ class ClientCore(PeerAnswers, Checkpointing):
         the method then decides what to pull, and only that crosses the network.
         """
         schedule = self.config.schedule
+        self.gather_wait_s = 0.0
         if round_ == self.first_round or not self.expected:
             return []
         lag = 0 if schedule.mode == "sync" else schedule.max_staleness
@@ -323,13 +351,55 @@ class ClientCore(PeerAnswers, Checkpointing):
                 return all(self.inbox.arrived(Channel.SHARE, p, round_ - 1) for p in senders())
             return all(self.inbox.newest(Channel.SHARE, p) >= round_ - 1 - lag for p in senders())
 
-        if not self.inbox.wait(ready, self.timeouts.gather_s, self.tick):
+        wait_s = min(self.timeouts.round_wait_s, self._time_left())
+        waiting = time.monotonic()
+        if not self.inbox.wait(ready, wait_s, self.tick) and wait_s == self.timeouts.gather_s:
             self.event(EventKind.WAIT_TIMEOUT, round_, f"waited {self.timeouts.gather_s:g}s")
+        self.gather_wait_s = time.monotonic() - waiting
         arrived = self.inbox.take(Channel.SHARE, max_round)
         if not self.offers:
             return arrived
         plan = self.algorithm.decide([p.to(self.device) for p in arrived])
         return self._pull({s: keys for s, keys in plan.items() if keys}, arrived)
+
+    def _time_left(self) -> float:
+        """Seconds of the run's time budget left to this client (inf without a budget)."""
+        budget = self.config.experiment.time_budget_s
+        return math.inf if budget is None else budget - (time.monotonic() - self.started_at)
+
+    def _evaluates(self, round_: int) -> bool:
+        """Every ``eval.every`` rounds, the last round, and the first round past each
+        ``eval.every_s`` wall-clock mark."""
+        every, last = self.config.eval.every, self.config.experiment.rounds - 1
+        due = round_ % every == every - 1 or round_ == last or self._time_left() <= 0
+        elapsed = time.monotonic() - self.started_at
+        if elapsed >= self.next_mark_s:
+            every_s = self.config.eval.every_s or math.inf
+            self.next_mark_s = (math.floor(elapsed / every_s) + 1) * every_s
+            due = True
+        return due
+
+    def _offline_if_due(self, round_: int) -> int:
+        """If the availability model has this client offline now, leave the ring, wait
+        until it is back (the model, data and pending sends stay here), and rejoin. The
+        round to run next: the ring may have moved on while this client was away."""
+        back_s = self.hetero.offline_until(self.id, time.monotonic() - self.started_at)
+        if back_s is None:
+            return round_
+        off_s = min(back_s - (time.monotonic() - self.started_at), max(0.0, self._time_left()))
+        self.control.leave(self.id, self.completed, off_s)
+        time.sleep(max(0.0, off_s))
+        back = self.control.come_back(self.id, self.completed)
+        if back is None:  # nobody left to rejoin: go on alone
+            return round_
+        self.set_view(back.view, back.handles)
+        return max(round_, back.first_round)
+
+    def _on_link(self, payload: Payload, target: int, delay_s: float) -> None:
+        """A hop that a slow link holds back, for the run's events."""
+        if delay_s > 0:
+            detail = f"{payload.channel.value} to {target}, {payload.nbytes} bytes"
+            self.event(EventKind.LINK_DELAY, payload.round, detail, duration_s=delay_s)
 
     def _pull(self, plan: dict[int, tuple[str, ...]], offers: list[Payload]) -> list[Payload]:
         """Fetch the decided keys from each peer; a peer that cannot answer is reported."""

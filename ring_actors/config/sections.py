@@ -9,6 +9,7 @@ from typing import Any, Literal
 from ring_actors.algorithms import AlgorithmOptions
 from ring_actors.config.checks import ConfigError, check, is_path_component
 from ring_actors.data.sources import DATASETS
+from ring_actors.heterogeneity import HeterogeneitySection
 from ring_actors.plugins.methods import resolve_algorithm
 from ring_actors.plugins.paths import (
     PluginError,
@@ -23,9 +24,14 @@ class ExperimentSection:
     name: str = "quickstart"
     seed: int = 0
     rounds: int = 10
+    # Wall seconds from the start of each client's round loop: a client starts no round
+    # after it, so clients do as many rounds as they can (at most ``rounds``). null: no limit.
+    time_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         check(self.rounds >= 1, "experiment.rounds", "an integer >= 1")
+        budget = self.time_budget_s
+        check(budget is None or budget > 0, "experiment.time_budget_s", "null or a number > 0")
         check(0 <= self.seed < 2**32, "experiment.seed", "an integer in [0, 2**32)", self.seed)
         check(
             is_path_component(self.name),
@@ -183,8 +189,14 @@ class ScheduleSection:
     # A larger payload is refused before it is merged; null: derived from the model (a lap
     # token gathering every member's whole model, the largest any method sends).
     max_payload_bytes: int | None = None
+    # A round waits at most this long for its in-neighbours, then merges whatever arrived
+    # (a staleness bound in wall time): a slow member no longer paces the ring. null: wait
+    # as the mode says, up to the hop timeout.
+    max_wait_s: float | None = None
 
     def __post_init__(self) -> None:
+        wait = self.max_wait_s
+        check(wait is None or wait >= 0, "schedule.max_wait_s", "null or a number >= 0", wait)
         check(self.hop_timeout_s > 0, "schedule.hop_timeout_s", "a number > 0")
         check(self.max_staleness >= 0, "schedule.max_staleness", "an int >= 0")
         check(self.heartbeat_s > 0, "schedule.heartbeat_s", "a number > 0")
@@ -202,9 +214,13 @@ class EvalSection:
     # Global-T on a fixed seeded subset of the union of test splits (null: the whole union):
     # every client evaluates the global set, so on small machines it dominates a round.
     global_max_samples: int | None = None
+    # Also evaluate at the end of the first round after each multiple of this many wall
+    # seconds (accuracy against time); null: by round only.
+    every_s: float | None = None
 
     def __post_init__(self) -> None:
         check(self.every >= 1, "eval.every", "an int >= 1", self.every)
+        check(self.every_s is None or self.every_s > 0, "eval.every_s", "null or a number > 0")
         cap = self.global_max_samples
         check(cap is None or cap >= 1, "eval.global_max_samples", "null or an int >= 1", cap)
 
@@ -292,8 +308,10 @@ class Config:
     tracking: TrackingSection = field(default_factory=TrackingSection)
     ray: RaySection = field(default_factory=RaySection)
     faults: tuple[FaultSection, ...] = ()
+    heterogeneity: HeterogeneitySection = field(default_factory=HeterogeneitySection)
 
     def __post_init__(self) -> None:
+        self.heterogeneity.check_clients(self.total_clients)
         for entry in self.faults:
             for action in CLIENT_FAULT_ACTIONS:
                 bad = [c for c in getattr(entry, action) if not 0 <= c < self.total_clients]

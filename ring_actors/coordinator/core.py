@@ -209,9 +209,28 @@ class CoordinatorCore(Recovery, RunOutputs):
             self.health.heard(client_id)
             self.tracker.add_metrics(self.results.record_round(client_id, round_, metrics), round_)
 
-    def report_event(self, kind: EventKind, client_id: int, round_: int, detail: str = "") -> None:
+    def report_event(
+        self, kind: EventKind, client_id: int, round_: int, detail: str = "", **measured: float
+    ) -> None:
         with self.lock:
-            self._event(kind, client_id, round_, detail)
+            self._event(kind, client_id, round_, detail, **measured)
+
+    def leave(self, client_id: int, round_: int, off_s: float) -> None:
+        """A client goes offline: bypassed at once, not probed; it comes back itself."""
+        with self.lock:
+            if client_id not in self.table.members:
+                return
+            self._event(
+                EventKind.OFFLINE, client_id, round_, f"for {off_s:.2f} s", duration_s=off_s
+            )
+            self._mark_dead(client_id, EventKind.LEAVE, "offline")
+
+    def come_back(self, client_id: int, round_: int) -> Readmission | None:
+        """A client back from offline, with its state: spliced in as a restarted one is."""
+        with self.lock:
+            handle = self.handles[client_id]
+            node_id = self.table.members[client_id].node_id
+        return self.rejoin(client_id, handle, node_id, round_)
 
     def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
         """A sender got no acknowledgement; the loop probes ``target`` before bypassing it."""

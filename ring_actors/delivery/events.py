@@ -22,6 +22,11 @@ class EventKind(str, enum.Enum):
     UNREACHABLE = "unreachable"
     BYPASS = "bypass"
     HEALED = "healed"
+    # heterogeneity: a client offline (with its duration_s), and the delays it is given
+    OFFLINE = "offline"
+    LEAVE = "leave"
+    COMPUTE_DELAY = "compute_delay"
+    LINK_DELAY = "link_delay"
     # the run
     RUN_RESUMED = "run_resumed"
     RUN_STOPPED = "run_stopped"

@@ -80,8 +80,14 @@ class ControlLink(Protocol):
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None: ...
 
     def report_event(
-        self, kind: EventKind, client_id: int, round_: int, detail: str = ""
+        self, kind: EventKind, client_id: int, round_: int, detail: str = "", **measured: float
     ) -> None: ...
+
+    def leave(self, client_id: int, round_: int, off_s: float) -> None:
+        """This client goes offline for about ``off_s`` (see ``heterogeneity``)."""
+
+    def come_back(self, client_id: int, round_: int) -> Readmission | None:
+        """Splice a client that went offline in again; None when no live member is left."""
 
     def report_unreachable(self, reporter: int, target: int, epoch: int) -> None: ...
 

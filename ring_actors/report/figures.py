@@ -27,6 +27,14 @@ EVENT_MARKERS = {
     "client_error": ("s", "tab:red", 0),
     "join": ("^", "tab:green", 0),
 }
+# Delays and offline periods (see ``heterogeneity``), drawn as a bar on the client's
+# line from the event for its ``duration_s``: colour, bar width, and the rounds the client
+# had finished, from the event's round (as for the markers).
+EVENT_SPANS = {
+    "offline": ("tab:red", 6, 1),
+    "compute_delay": ("tab:gray", 3, 0),
+    "link_delay": ("tab:cyan", 2, 1),
+}
 # Changes of the whole ring, drawn as a vertical line: colour and line style.
 EVENT_LINES = {
     "bypass": ("tab:purple", ":"),
@@ -120,7 +128,14 @@ def timeline_figure(run: Run) -> Figure:
     drawn: set[str] = set()
     for event in run.events:
         label = None if event.kind in drawn else event.kind
-        if event.kind in EVENT_LINES:
+        if event.kind in EVENT_SPANS and event.duration_s > 0:
+            colour, width, finished = EVENT_SPANS[event.kind]
+            y = max(event.round, 0) + finished
+            axis.hlines(
+                y, event.time_s, event.time_s + event.duration_s, colors=colour,
+                linewidth=width, alpha=0.6, label=label, zorder=1,
+            )  # fmt: skip
+        elif event.kind in EVENT_LINES:
             colour, style = EVENT_LINES[event.kind]
             axis.axvline(event.time_s, color=colour, linestyle=style, label=label)
         elif event.kind in EVENT_MARKERS:

@@ -37,6 +37,7 @@ class Event:
     client: int
     round: int
     detail: str
+    duration_s: float = 0.0  # a delay or an offline period: how long it lasted
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,13 @@ def _event(record: Mapping[str, Any]) -> Event:
         client=int(record["client"]),
         round=int(record["round"]),
         detail=str(record.get("detail") or ""),
+        duration_s=_duration(record.get("duration_s")),
     )
+
+
+def _duration(value: Any) -> float:
+    """An event's duration; events without one (most) read as 0."""
+    return 0.0 if value is None or value != value else float(value)
 
 
 def _float(value: Any) -> float | None:

@@ -101,8 +101,16 @@ class Coordinator:
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         self.core.report_round(client_id, round_, metrics)
 
-    def report_event(self, kind: EventKind, client_id: int, round_: int, detail: str = "") -> None:
-        self.core.report_event(kind, client_id, round_, detail)
+    def report_event(
+        self, kind: EventKind, client_id: int, round_: int, detail: str = "", **measured: float
+    ) -> None:
+        self.core.report_event(kind, client_id, round_, detail, **measured)
+
+    def leave(self, client_id: int, round_: int, off_s: float) -> None:
+        self.core.leave(client_id, round_, off_s)
+
+    def come_back(self, client_id: int, round_: int) -> Readmission | None:
+        return self.core.come_back(client_id, round_)
 
     def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
         self.core.report_unreachable(reporter, target, epoch)

@@ -95,8 +95,16 @@ class RayControlLink:
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         self.actor.report_round.remote(client_id, round_, metrics)
 
-    def report_event(self, kind: EventKind, client_id: int, round_: int, detail: str = "") -> None:
-        self.actor.report_event.remote(kind, client_id, round_, detail)
+    def report_event(
+        self, kind: EventKind, client_id: int, round_: int, detail: str = "", **measured: float
+    ) -> None:
+        self.actor.report_event.remote(kind, client_id, round_, detail, **measured)
+
+    def leave(self, client_id: int, round_: int, off_s: float) -> None:
+        ray.get(self.actor.leave.remote(client_id, round_, off_s))
+
+    def come_back(self, client_id: int, round_: int) -> Readmission | None:
+        return ray.get(self.actor.come_back.remote(client_id, round_))
 
     def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
         self.actor.report_unreachable.remote(reporter, target, epoch)

@@ -28,7 +28,7 @@ class Reports:
         self.events: list[tuple[str, int, str]] = []
         self.unreachable: list[int] = []
 
-    def report_event(self, kind, client_id, round_, detail=""):
+    def report_event(self, kind, client_id, round_, detail="", **measured):
         self.events.append((kind, round_, detail))
 
     def report_unreachable(self, reporter, target, epoch):

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ring_actors.algorithms import ALGORITHMS, AlgorithmOptions
+from ring_actors.algorithms.dfedavg import DFedAvgOptions
 from ring_actors.algorithms.drdfl import DRDFLOptions
 from ring_actors.config import (
     Config,
@@ -236,9 +237,7 @@ def test_bad_choice_names_key_and_allowed_values(override, key, allowed):
 
 
 def test_algorithm_name_selects_the_options_class():
-    assert type(load_config(None, ["algorithm.name=dfedavg"]).algorithm.options) is (
-        AlgorithmOptions
-    )
+    assert type(load_config(None, ["algorithm.name=dfedavg"]).algorithm.options) is (DFedAvgOptions)
     assert type(load_config(None, ["algorithm.name=local"]).algorithm.options) is (AlgorithmOptions)
     assert type(load_config(None, ["algorithm.name=drdfl"]).algorithm.options) is DRDFLOptions
 

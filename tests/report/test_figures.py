@@ -85,3 +85,24 @@ def test_the_timeline_draws_every_client_and_marks_the_membership_events(tmp_pat
     assert [list(line.get_ydata()) for line in client_lines] == [finished[c] for c in range(3)]
     path = ring_timeline(run, tmp_path / "timeline.png")
     assert_png(path)
+
+
+def test_the_timeline_draws_delays_and_offline_periods_for_their_duration(tmp_path):
+    events = [
+        {**event(1.0, "offline", 2, 1), "duration_s": 2.5},
+        {**event(0.5, "compute_delay", 0, 1), "duration_s": 0.75},
+        {**event(0.2, "link_delay", 1, 0), "duration_s": 0.1},
+        event(3.6, "rejoin", 2, 1),
+    ]
+    make_run(tmp_path / "a", clients=3, rounds=6, events=events)
+    run = load_run(tmp_path / "a")
+    assert [e.duration_s for e in run.events] == [2.5, 0.75, 0.1, 0.0]
+    (axis,) = timeline_figure(run).axes
+    spans = {
+        c.get_label(): c.get_segments()[0].tolist()
+        for c in axis.collections
+        if hasattr(c, "get_segments")
+    }
+    assert spans["offline"] == [[1.0, 2.0], [3.5, 2.0]]  # after its 2nd round
+    assert spans["compute_delay"] == [[0.5, 1.0], [1.25, 1.0]]  # in its 2nd round
+    assert np.allclose(spans["link_delay"], [[0.2, 1.0], [0.3, 1.0]])
