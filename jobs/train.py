@@ -137,12 +137,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config error: {err}", file=sys.stderr)
             return 2
         return 0
+    from jobs.run_story import tell
     from ring_actors.runtime.driver import run_experiment  # Ray is imported only for a valid config
 
     output_dir = args.resume or args.output_dir
     resume = args.resume is not None
     summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
     print(format_table(summary))
+    print(tell(summary))
     events = summary["events"]
     print(
         f"{summary['algorithm']} on {summary['dataset']}: {summary['rounds_completed']} rounds, "
