@@ -78,7 +78,11 @@ def test_files_a_config_names_are_checked_before_ray(tmp_path):
     for overrides, key, message in [
         (["topology.kind=graph", f"topology.edges={missing}"], "topology.edges", "No such file"),
         (["topology.kind=graph", f"topology.edges={edges}"], "topology.edges", "line 2: expected"),
-        ([f"data.root={tmp_path}", "data.download=false"], "data.root", f"is not at {tmp_path}"),
+        (
+            [f"data.root={tmp_path}", "data.download=false", "data.dataset=fashion-mnist"],
+            "data.root",
+            f"is not at {tmp_path}",
+        ),
     ]:
         out, imported_ray = run("--dry-run", *overrides, expect=2)
         assert f"config error: {key}: " in out and message in out, out
