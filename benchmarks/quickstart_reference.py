@@ -64,6 +64,8 @@ def read_runs(folder: Path) -> list[dict[str, Any]]:
         config = yaml.safe_load((summary_file.parent / "config.yaml").read_text())
         if summary.get("stopped"):
             raise SystemExit(f"{summary_file.parent} stopped: {summary['stopped']}")
+        if summary["rounds_completed"] < config["experiment"]["rounds"]:
+            raise SystemExit(f"{summary_file.parent} has not finished")
         runs.append(
             {
                 "folder": summary_file.parent.name,
