@@ -29,6 +29,8 @@ import yaml
 NOT_SETTING = (
     "experiment.name",
     "experiment.seed",
+    "data.root",  # where the files are read from, not which
+    "data.download",
     "algorithm.",
     "tracking.",
     "ray.",
