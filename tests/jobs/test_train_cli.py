@@ -91,7 +91,8 @@ def test_files_a_config_names_are_checked_before_ray(tmp_path):
 
 @needs_data
 def test_dry_run_checks_the_data_and_prints_the_plan():
-    out, imported_ray = run("--dry-run", f"data.root={DATA_ROOT}", "clients.count=4")
+    full = [f"data.root={DATA_ROOT}", "data.dataset=fashion-mnist", "faults=[]"]
+    out, imported_ray = run("--dry-run", *full, "clients.count=4")
     assert "(found)" in out and "4 (4 at the start)" in out and "MB per hop" in out
     assert not imported_ray
 
