@@ -61,7 +61,7 @@ def measure(overrides: list[str], rounds: int, allocator: bool, torch_optim: boo
     from ring_actors.data.client_splits import global_test_set, split_for
     from ring_actors.data.sources import load_dataset
 
-    config = load_config("jobs/configs/quickstart.yaml", overrides)
+    config = load_config("jobs/configs/ring8-drdfl.yaml", overrides)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     splits = split_for(config, dataset)
     global_test = ray.put(global_test_set(config, dataset, splits))

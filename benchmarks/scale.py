@@ -59,7 +59,7 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
     from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 
     tmp = Path(spec["tmp"])
-    config = load_config("jobs/configs/quickstart.yaml", overrides(spec, tmp))
+    config = load_config("jobs/configs/ring8-drdfl.yaml", overrides(spec, tmp))
     cluster = None
     if spec["nodes"] > 1:
         from ray.cluster_utils import Cluster

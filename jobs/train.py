@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from jobs.run_setting import resolved_setting, setting_keys
 from ring_actors.config import ConfigError, load_config
 from ring_actors.run_folder import RunFolder
 
@@ -71,18 +72,12 @@ def _against_local(summary: dict[str, Any], path: Path) -> list[str]:
     reference = json.loads(path.read_text()) if path.is_file() else None
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
 
-    def value(dotted: str) -> Any:
-        node = config
-        for part in dotted.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        return node
-
     def pm(stat: dict[str, float]) -> str:  # a reference figure: mean ± std over its seeds
         return f"{100 * stat['mean']:.2f} ± {100 * stat['std']:.2f}"
 
     if reference is None or config is None or "local" not in reference["methods"]:
         return [f"vs local: no reference for this setting ({path} has none)"]
-    if any(value(key) != wanted for key, wanted in reference["config"].items()):
+    if setting_keys(config) != resolved_setting(reference["config"]):
         return [f"vs local: no reference for this setting (the one in {path} is for another)"]
     ref = reference["methods"]["local"]
     run_local, run_global = summary["local_acc"]["mean"], summary["global_acc"]["mean"]
@@ -137,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config error: {err}", file=sys.stderr)
             return 2
         return 0
+    from jobs.run_story import tell
     from ring_actors.admission import AdmissionError
     from ring_actors.runtime.driver import CoordinatorLost, run_experiment  # Ray: a valid config
     from ring_actors.runtime.launch import LaunchError
@@ -152,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run stopped: {err}", file=sys.stderr)
         return 1
     print(format_table(summary))
+    print(tell(summary))
     events = summary["events"]
     print(
         f"{summary['algorithm']} on {summary['dataset']}: {summary['rounds_completed']} rounds, "

@@ -24,7 +24,11 @@ import numpy as np
 
 from ring_actors.plugins.paths import PluginError, is_plugin_path, resolve_dataset
 
-DATASETS = ("mnist", "fashion-mnist", "cifar10", "cifar100", "svhn")
+DATASETS = ("mnist", "fashion-mnist", "fashion-mnist-sample", "cifar10", "cifar100", "svhn")
+
+# A few MB of Fashion-MNIST inside the package, so a fresh clone runs offline (its README says
+# how it was drawn); read from here whatever the data root.
+SAMPLE_DIR = Path(__file__).parent / "fashion_mnist_sample"
 
 # Bumped whenever the decoders change, so stale .npz caches are ignored.
 _CACHE_FORMAT = 1
@@ -64,7 +68,8 @@ class DatasetArrays:
 class _Layout:
     """One way a dataset's files can lie under the root: all of ``files`` in ``folder``.
 
-    ``folder`` is relative to the root ("" is the root itself).
+    ``folder`` is relative to the root ("" is the root itself), or absolute for files that ship
+    with the package.
     """
 
     folder: str
@@ -84,6 +89,7 @@ class _Spec:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     layouts: tuple[_Layout, ...]
+    downloadable: bool = True
 
 
 def _user_cache_dir() -> Path:
@@ -184,7 +190,8 @@ def _read_svhn(paths: list[Path]) -> Splits:
 # ---------------------------------------------------------------- layouts
 
 
-def _idx_layouts(project: str, torchvision: str) -> tuple[_Layout, ...]:
+def _idx_layouts(*folders: str) -> tuple[_Layout, ...]:
+    """The four idx files, plain or gzip'd, in each of ``folders``."""
     names = (
         "train-images-idx3-ubyte",
         "train-labels-idx1-ubyte",
@@ -193,7 +200,7 @@ def _idx_layouts(project: str, torchvision: str) -> tuple[_Layout, ...]:
     )
     return tuple(
         _Layout(folder, tuple(n + ext for n in names), _read_idx_set)
-        for folder in (project, torchvision)
+        for folder in folders
         for ext in ("", ".gz")
     )
 
@@ -221,6 +228,13 @@ _SPECS: dict[str, _Spec] = {
     "mnist": _Spec(10, (0.1307,), (0.3081,), _idx_layouts("mnist", "MNIST/raw")),
     "fashion-mnist": _Spec(
         10, (0.2860,), (0.3530,), _idx_layouts("fashion-mnist", "FashionMNIST/raw")
+    ),
+    "fashion-mnist-sample": _Spec(
+        10,
+        (0.2860,),
+        (0.3530,),
+        _idx_layouts(str(SAMPLE_DIR)),
+        downloadable=False,
     ),
     "cifar10": _Spec(
         10,
@@ -399,6 +413,11 @@ def load_dataset(
     data_root = resolve_root(root)
     found = _find(spec, data_root)
     if found is None:
+        if not spec.downloadable:
+            raise DatasetUnavailable(
+                f"dataset {name!r}: its files are missing from {SAMPLE_DIR}; reinstall the "
+                "package (pip install -e .) from a complete checkout"
+            )
         if not download:
             raise _unavailable(name, spec, data_root, "download=False")
         try:

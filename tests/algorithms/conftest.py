@@ -1,4 +1,4 @@
-"""Fixtures the method tests share: one torch thread, and small real Fashion-MNIST clients."""
+"""Fixtures the method tests share: one torch thread, small clients of the Fashion-MNIST sample."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.sources import load_dataset
-from tests.conftest import DATA_ROOT
+from tests.conftest import SAMPLE
 
 Clients = list[tuple[LabelledImages, LabelledImages]]  # (train, test) per client
 
@@ -24,7 +24,7 @@ def one_thread():
 
 def fashion_mnist_clients(plan: list[tuple[tuple[int, ...], int]], test_per_class: int) -> Clients:
     """One client per ``(classes, train_per_class)`` of ``plan``, each tested on its classes."""
-    d = load_dataset("fashion-mnist", DATA_ROOT, download=False)
+    d = load_dataset(SAMPLE, download=False)
 
     def take(x: np.ndarray, y: np.ndarray, classes: tuple[int, ...], n: int) -> LabelledImages:
         idx = np.concatenate([np.flatnonzero(y == c)[:n] for c in classes])

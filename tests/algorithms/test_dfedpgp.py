@@ -12,7 +12,6 @@ from ring_actors.algorithms.dfedpgp import DFedPGP, DFedPGPOptions
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import separable
-from tests.conftest import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")
@@ -115,7 +114,6 @@ def test_gossip_on_a_ring_draws_the_bodies_together():
 # ---- learning on real data -----------------------------------------------------------------
 
 
-@needs_data
 @pytest.mark.slow
 def test_learns_on_real_data_by_ring_gossip(fmnist_triples, tmp_path):
     losses, accuracy, _ = learn_on_ring("dfedpgp", fmnist_triples, 3, tmp_path)

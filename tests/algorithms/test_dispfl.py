@@ -23,7 +23,6 @@ from ring_actors.algorithms.dispfl import (
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import separable
-from tests.conftest import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")
@@ -248,7 +247,6 @@ def test_a_joiner_keeps_its_mask_and_takes_the_senders_covered_values():
 # ---- learning on real data -----------------------------------------------------------------
 
 
-@needs_data
 @pytest.mark.slow
 def test_learns_on_real_data_by_ring_pushes(fmnist_triples, tmp_path):
     losses, accuracy, _ = learn_on_ring("dispfl", fmnist_triples, 3, tmp_path)

@@ -16,7 +16,7 @@ from ring_actors.models import build_backbone
 from ring_actors.models.small_cnn import SmallCNN
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import run_laps, separable
-from tests.conftest import needs_data, small_config
+from tests.conftest import small_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")
@@ -130,7 +130,6 @@ def test_a_joiner_takes_all_but_batchnorm():
 # ---- learning on real data -----------------------------------------------------------------
 
 
-@needs_data
 @pytest.mark.slow
 def test_learns_on_real_data(fmnist_sizes, tmp_path):
     losses, accuracy, _ = learn_on_ring("fedbn", fmnist_sizes, 3, tmp_path)

@@ -14,7 +14,6 @@ from ring_actors.algorithms.fednova import FedNova, FedNovaOptions, normalising_
 from ring_actors.config import ConfigError, load_config
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import run_laps, separable
-from tests.conftest import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")
@@ -138,7 +137,6 @@ def test_a_client_without_data_takes_part_without_contributing():
 # ---- learning on real data -----------------------------------------------------------------
 
 
-@needs_data
 @pytest.mark.slow
 def test_learns_on_real_data_with_unequal_local_steps(fmnist_sizes, tmp_path):
     losses, accuracy, ring = learn_on_ring("fednova", fmnist_sizes, 4, tmp_path)

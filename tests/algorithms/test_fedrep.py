@@ -13,7 +13,6 @@ from ring_actors.algorithms.fedrep import FedRep, FedRepOptions
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from tests.algorithms.ring_runs import learn_on_ring
 from tests.algorithms.synthetic import run_laps, separable
-from tests.conftest import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")
@@ -113,7 +112,6 @@ def test_a_joiner_takes_the_body_and_keeps_its_own_head():
 # ---- learning on real data -----------------------------------------------------------------
 
 
-@needs_data
 @pytest.mark.slow
 def test_learns_on_real_data(fmnist_triples, tmp_path):
     losses, accuracy, _ = learn_on_ring("fedrep", fmnist_triples, 3, tmp_path)

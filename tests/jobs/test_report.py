@@ -20,6 +20,7 @@ from tests.conftest import DATA_ROOT, needs_data
 from tests.report.runfiles import make_run
 
 REPO = Path(__file__).resolve().parents[2]
+RING8 = REPO / "jobs" / "configs" / "ring8-drdfl.yaml"
 EXPERIMENT = "report-test"
 
 
@@ -117,6 +118,8 @@ def real_runs(ray_local, tmp_path_factory):
         MlflowClient(uri).create_experiment(name, artifact_location=str(root / "artifacts" / name))
     common = [
         "--no-progress",
+        "--config",
+        str(RING8),  # the full Fashion-MNIST, shard splits of 2 classes, sync, no faults
         f"data.root={DATA_ROOT}",
         "data.max_train_per_client=200",
         "clients.count=3",

@@ -16,6 +16,7 @@ from jobs.train import main
 from tests.conftest import DATA_ROOT, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
+RING8 = REPO / "jobs" / "configs" / "ring8-drdfl.yaml"
 
 
 def test_bad_override_names_the_key_and_exits_before_ray(capsys):
@@ -40,6 +41,8 @@ def test_train_runs_end_to_end_and_prints_the_table(tmp_path):
         "-m",
         "jobs.train",
         "--no-progress",
+        "--config",
+        str(RING8),  # the full Fashion-MNIST, shard splits of 2 classes, sync, no faults
         "--output-dir",
         str(out),
         "experiment.rounds=2",
@@ -84,7 +87,8 @@ def test_ctrl_c_writes_what_exists_and_resume_finishes_the_run(tmp_path):
         "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 1.0}]",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
-    command = [sys.executable, "-m", "jobs.train", "--no-progress", "--output-dir", str(out)]
+    command = [sys.executable, "-m", "jobs.train", "--no-progress", "--config", str(RING8)]
+    command += ["--output-dir", str(out)]
     driver = subprocess.Popen(
         [*command, *setting], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -78,7 +78,11 @@ def test_files_a_config_names_are_checked_before_ray(tmp_path):
     for overrides, key, message in [
         (["topology.kind=graph", f"topology.edges={missing}"], "topology.edges", "No such file"),
         (["topology.kind=graph", f"topology.edges={edges}"], "topology.edges", "line 2: expected"),
-        ([f"data.root={tmp_path}", "data.download=false"], "data.root", f"is not at {tmp_path}"),
+        (
+            [f"data.root={tmp_path}", "data.download=false", "data.dataset=fashion-mnist"],
+            "data.root",
+            f"is not at {tmp_path}",
+        ),
     ]:
         out, imported_ray = run("--dry-run", *overrides, expect=2)
         assert f"config error: {key}: " in out and message in out, out
@@ -87,7 +91,8 @@ def test_files_a_config_names_are_checked_before_ray(tmp_path):
 
 @needs_data
 def test_dry_run_checks_the_data_and_prints_the_plan():
-    out, imported_ray = run("--dry-run", f"data.root={DATA_ROOT}", "clients.count=4")
+    full = [f"data.root={DATA_ROOT}", "data.dataset=fashion-mnist", "faults=[]"]
+    out, imported_ray = run("--dry-run", *full, "clients.count=4")
     assert "(found)" in out and "4 (4 at the start)" in out and "MB per hop" in out
     assert "about 3.6 GB (0.42 GB per client process, 1.9 GB for Ray" in out  # as launch checks
     assert not imported_ray

@@ -54,6 +54,7 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
 
     _, dashboard = cluster_with_dashboard
     out = tmp_path / "run"
+    config = "jobs/configs/ring8-drdfl.yaml"  # full Fashion-MNIST, sync, no faults; in the copy
     overrides = [
         "experiment.rounds=2",
         "clients.count=3",
@@ -75,7 +76,8 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
             time.sleep(1)
     job = client.submit_job(
         entrypoint=" ".join(
-            [sys.executable, "-m jobs.train --no-progress --output-dir", str(out), *overrides]
+            [sys.executable, "-m jobs.train --no-progress", "--config", config, "--output-dir"]
+            + [str(out), *overrides]
         ),
         runtime_env={"working_dir": str(REPO)},  # .gitignore keeps .venv and runs/ out
     )
