@@ -22,6 +22,7 @@ from ring_actors.config import Config, FaultSection, check_backbone_for
 from ring_actors.coordinator.tracking import resolve_tracking_uri
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
+from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import load_dataset
 from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.actor_names import actor_name
@@ -219,6 +220,8 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     check_backbone_for(config, dataset.input_shape, dataset.num_classes)
     splits = split_for(config, dataset)
+    if not resume:  # the exact split, for a later run or tool to reuse (data.partition.kind file)
+        save_partition(RunFolder(output_dir).partition, splits, config.data.dataset)
     if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
         check_capacity(config)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
