@@ -50,7 +50,7 @@ def test_the_simulation_gives_the_ring_its_accuracies(tmp_path, method):
     summary = ring.run(timeout_s=120)
     assert summary["rounds_completed"] == SETTING.rounds
     final = sorted(
-        (r for r in ring.coordinator.rows if r["round"] == SETTING.rounds - 1),
+        (r for r in ring.coordinator.results.rows if r["round"] == SETTING.rounds - 1),
         key=lambda r: r["client"],
     )
     assert [r["local_acc"] for r in final] == simulated["local"]
