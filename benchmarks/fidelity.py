@@ -15,6 +15,10 @@ std): the controls that tell whether what travels matters.
 A method may carry option overrides after a colon: ``gene_fl:lambda1=0.05,participation=1``;
 keys starting with ``@`` change the setting for that method only: ``drdfl:@exchange=none``,
 ``ua_pdfl:@topology=dynamic,@degree=5``.
+Each run records the partition it used (``runs[i]["partition"]``: path and SHA-256): the
+split is written under ``<out>-partitions/`` so another tool or run can load it
+(``data.partition.kind=file``); ``--partition file:PATH`` (``{seed}`` in PATH is replaced by
+the seed) makes every arm use a split written before.
 Prints a Markdown table (Local-T and Global-T: mean over the last ``--last`` evaluated rounds,
 mean +- std over seeds; MB sent per client per round) and writes every run to a JSON file;
 ``--figures DIR`` and ``--mlflow-uri URI`` draw accuracy by round per method (the report's own
@@ -43,6 +47,7 @@ from ring_actors.client.ring_lap import accumulate
 from ring_actors.config import Config, TopologySection, config_from_dict
 from ring_actors.data.client_splits import global_test_indices, split_for
 from ring_actors.data.images import LabelledImages
+from ring_actors.data.partition_file import partition_digest, save_partition
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.delivery.payloads import Payload
 from ring_actors.method_factory import client_seed
@@ -258,16 +263,23 @@ def simulate(
                 client.bytes_sent += out * _nbytes(offer if offer is not None else shared)
         evaluated = round_ % setting.eval_every == setting.eval_every - 1
         if evaluated or round_ >= setting.rounds - setting.last:
-            local = [c.algorithm.evaluate(c.local_test)["acc"] for c in clients]
-            glob = [c.algorithm.evaluate(global_test)["acc"] for c in clients]
+            local = [c.algorithm.evaluate(c.local_test) for c in clients]
+            glob = [c.algorithm.evaluate(global_test) for c in clients]
             rounds.append(
                 {
                     "round": round_,
-                    "local": local,
-                    "global": glob,
+                    "local": [scores["acc"] for scores in local],
+                    "global": [scores["acc"] for scores in glob],
                     "mb_sent": [c.bytes_sent / 1e6 for c in clients],
                     "train_metrics": _mean_metrics(metrics),
                     "client_metrics": metrics,
+                    # every prediction path a method has (DRDFL: acc, acc_decoder, acc_gmm)
+                    "local_paths": _by_key(local),
+                    "global_paths": _by_key(glob),
+                    "diagnostics": _by_key(
+                        [c.algorithm.diagnostics(c.local_test) for c in clients]
+                    ),
+                    "shared_spread": shared_spread([published[c.id][0] for c in clients]),
                 }
             )
     return {
@@ -277,6 +289,29 @@ def simulate(
         "train_s": train_s,
         "rounds": rounds,
     }
+
+
+def _by_key(rows: list[dict[str, float]]) -> dict[str, list[float]]:
+    """Per-client values gathered by key: ``{"acc": [c0, c1, ...], ...}``."""
+    return {k: [row[k] for row in rows] for k in rows[0]} if rows and rows[0] else {}
+
+
+def shared_spread(states: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """How far apart the clients' shared tensors are, per group (the key's first dotted part):
+    sqrt(mean_i ||s_i - mean||^2) / sqrt(mean_i ||s_i||^2); 0 when every client holds the same."""
+    groups: dict[str, list[list[torch.Tensor]]] = {}
+    for key in states[0] if states else {}:
+        values = [state[key] for state in states]
+        if values[0].is_floating_point():
+            groups.setdefault(key.split(".")[0], []).append(values)
+    out = {}
+    for group, tensors in groups.items():
+        flat = torch.stack(
+            [torch.cat([t[i].flatten() for t in tensors]) for i in range(len(states))]
+        )
+        spread = (flat - flat.mean(0)).square().sum(1).mean().sqrt()
+        out[group] = float(spread / flat.square().sum(1).mean().sqrt().clamp(min=1e-12))
+    return out
 
 
 def _mean_metrics(metrics: list[dict[str, float]]) -> dict[str, float]:
@@ -334,7 +369,9 @@ def config_keys(setting: Setting) -> dict[str, object]:
         "schedule.mode": "sync",
         "eval.global_max_samples": setting.global_max,
     }
-    if kind == "dirichlet":
+    if kind == "file":
+        keys["data.partition.path"] = value
+    elif kind == "dirichlet":
         keys["data.partition.beta"] = float(value or 0.5)
     elif kind == "shard":
         keys["data.partition.classes_per_client"] = int(value or 2)
@@ -359,6 +396,8 @@ def run_config(setting: Setting, seed: int, method: str | None = None) -> Config
     same partitions and test sets as the simulation."""
     tree: dict[str, Any] = {} if method is None else {"algorithm": {"name": method}}
     keys = {**config_keys(setting), "experiment.seed": seed, "data.root": setting.root}
+    if keys["data.partition.kind"] == "file":  # one file per seed: "file:parts/seed{seed}.json"
+        keys["data.partition.path"] = str(keys["data.partition.path"]).format(seed=seed)
     return config_from_dict(_nested(keys, tree))
 
 
@@ -385,6 +424,19 @@ def write_curves(runs: list[dict], out: Path, mlflow_uri: str | None, experiment
     if mlflow_uri:
         run_id = log_report(mlflow_uri, experiment, figures)
         print(f"mlflow: {mlflow_uri} experiment {experiment!r} run {run_id}")
+
+
+def record_partition(setting: Setting, arrays: DatasetArrays, seed: int, folder: Path) -> dict:
+    """The partition file a run used, and its digest: the one it was given (``file:``), or
+    the split written into ``folder`` so that another run or tool can load the very same."""
+    config = run_config(setting, seed)
+    splits = split_for(config, arrays)
+    path = config.data.partition.path
+    if path is None:
+        name = f"{setting.dataset}-{setting.partition}-{setting.clients}c-{setting.samples}"
+        safe = "".join(ch if ch.isalnum() or ch in ".-" else "_" for ch in name)
+        path = str(save_partition(folder / f"{safe}-seed{seed}.json", splits, setting.dataset))
+    return {"path": path, "sha256": partition_digest(splits)}
 
 
 def baseline(runs: list[dict], setting: Setting, seeds: list[int], command: str) -> dict:
@@ -444,12 +496,14 @@ def main(argv: list[str] | None = None) -> None:
     setting = Setting(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setting)})
     arrays = load_dataset(setting.dataset, setting.root, download=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    partitions = args.out.with_name(args.out.stem + "-partitions")
     runs = []
     for spec in args.methods:
         name, overrides, spec_setting = parse_method(spec, setting)
         for seed in args.seeds:
             run = simulate(name, overrides, spec_setting, arrays, seed)
             run["spec"], run["setting"] = spec, dataclasses.asdict(spec_setting)
+            run["partition"] = record_partition(spec_setting, arrays, seed, partitions)
             runs.append(run)
             s = summarise(run, setting.last)
             print(

@@ -23,10 +23,12 @@ from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.membership import View
 from ring_actors.coordinator.tracking import Tracker
 from ring_actors.data.client_splits import global_test_set, split_for
+from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import load_dataset
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.transport import ClientHandle, PeerGone
 from ring_actors.method_factory import build_algorithm, client_data
+from ring_actors.run_folder import RunFolder
 
 T = TypeVar("T")
 CALL_THREADS = 4  # concurrent calls one client answers (a Ray actor's max_concurrency)
@@ -145,6 +147,7 @@ class InProcessRing:
         sampled exactly as a launch on Ray does, standby joiners included."""
         dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
         splits = split_for(config, dataset)
+        save_partition(RunFolder(output_dir).partition, splits, config.data.dataset)
         global_test = global_test_set(config, dataset, splits)
         cpu = torch.device("cpu")
         data = [client_data(dataset, split, global_test, cpu) for split in splits]

@@ -28,6 +28,7 @@ class RunFolder:
     HISTORY = "coordinator.history.jsonl"  # its rows, events and reports, appended
     UNSENT = "unsent_metrics.jsonl"  # metrics MLflow never took, one per line
     CLIENTS = "clients"  # the clients' private checkpoints
+    PARTITION = "partition.json"  # every client's train and test indices (data.partition.kind file)
 
     PRIVATE = (CLIENTS, COORDINATOR, HISTORY)  # what only this run's processes read back
     PUBLISHED = (SUMMARY, CONFIG, METRICS, EVENTS)  # what a report or MLflow copies
@@ -62,6 +63,10 @@ class RunFolder:
     @property
     def unsent_metrics(self) -> Path:
         return self.path / self.UNSENT
+
+    @property
+    def partition(self) -> Path:
+        return self.path / self.PARTITION
 
     @property
     def clients(self) -> Path:

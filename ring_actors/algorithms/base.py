@@ -161,6 +161,10 @@ class Algorithm(ABC):
                 correct[name] = correct.get(name, 0) + int((logits.argmax(1) == y).sum())
         return {name: hits / max(1, len(data)) for name, hits in correct.items()}
 
+    def diagnostics(self, data: LabelledImages) -> dict[str, float]:
+        """Measurements beside accuracy on ``data`` that tell how a method works (none here)."""
+        return {}
+
     def make_optimizer(self, params) -> optim.SGD | optim.Adam:
         """The configured optimizer over ``params`` (torch.optim's rules, see ``optim``)."""
         opts = self.options

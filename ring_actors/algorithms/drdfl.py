@@ -53,7 +53,13 @@ class DRDFLOptions(AlgorithmOptions):
     # A received Learngene s rounds old weighs (1 + s) ** -staleness_exponent
     # (ring_actors.algorithms.staleness); 0: the plain average.
     staleness_exponent: float = 0.0
-    routing: Literal["elbo", "literal"] = "elbo"
+    # Which encoders L_rec trains: "elbo" ψ, φ and θ; "learngene" φ and θ, ψ by L_PR alone
+    # (000's Algorithm 1 for ψ: the decoder must then read z_l from the shared φ);
+    # "literal" θ alone.
+    routing: Literal["elbo", "learngene", "literal"] = "elbo"
+    # Class Gaussians' means: "shared" drawn alike on every client (one seed), "client" drawn
+    # from each client's own seed (what the EMA then mixes is no longer small drifts).
+    prior_init: Literal["shared", "client"] = "shared"
     t_init: int = 5
     use_pr: bool = True
     use_gl: bool = True
@@ -77,8 +83,12 @@ class DRDFLOptions(AlgorithmOptions):
             raise ValueError(f"staleness_exponent: must be >= 0, got {self.staleness_exponent}")
         if self.merge not in ("average", "replace"):
             raise ValueError(f"merge must be 'average' or 'replace', got {self.merge!r}")
-        if self.routing not in ("elbo", "literal"):
-            raise ValueError(f"routing must be 'elbo' or 'literal', got {self.routing!r}")
+        if self.routing not in ("elbo", "learngene", "literal"):
+            raise ValueError(
+                f"routing must be 'elbo', 'learngene' or 'literal', got {self.routing!r}"
+            )
+        if self.prior_init not in ("shared", "client"):
+            raise ValueError(f"prior_init must be 'shared' or 'client', got {self.prior_init!r}")
         if self.t_init < 0:
             raise ValueError("t_init must be an integer >= 0")
         for name in ("lambda_rec", "lambda_kl", "lambda_adv", "lambda_pr"):
@@ -141,7 +151,11 @@ class DRDFL(Algorithm):
         d_p, d_l = options.latent_personal, options.latent_learngene
         with _seeded(task.shared_seed):  # identical on every client: φ and the class anchors
             self.learngene = Learngene(shape, d_l).to(self.device)
-            self.class_means = nn.Parameter(torch.randn(classes, d_p).to(self.device))
+            means = torch.randn(classes, d_p)
+        if options.prior_init == "client":
+            with _seeded(task.seed):
+                means = torch.randn(classes, d_p)
+        self.class_means = nn.Parameter(means.to(self.device))
         self.class_logvar = nn.Parameter(torch.zeros(classes, d_p, device=self.device))
         with _seeded(task.seed):
             self.persona = PersonaNet(shape, d_p).to(self.device)
@@ -262,9 +276,12 @@ class DRDFL(Algorithm):
         frozen = {k: v.detach() for k, v in self.adversary.named_parameters()}
         loss_adv_u = uniform_cross_entropy(functional_call(self.adversary, frozen, (z_l,)))
 
-        latent = torch.cat([z_p, z_l], dim=1)
-        if opts.routing == "literal":  # θ alone learns from L_rec
-            latent = latent.detach()
+        if opts.routing == "elbo":
+            latent = torch.cat([z_p, z_l], dim=1)
+        elif opts.routing == "learngene":  # ψ by L_PR alone: the decoder leans on φ
+            latent = torch.cat([z_p.detach(), z_l], dim=1)
+        else:  # literal: θ alone learns from L_rec
+            latent = torch.cat([z_p, z_l], dim=1).detach()
         x_rec = self.decoder(latent)
         loss_rec = (x_rec - x).square().flatten(1).sum(1).mean()
         noise = torch.randn(x.shape, generator=self.noise, device=self.device)
@@ -296,8 +313,31 @@ class DRDFL(Algorithm):
 
     @torch.no_grad()
     def predict(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The three readings of the papers' prediction: f_ω(x) (the primary), the decoder
+        path f_ω(θ(ψ(x), μ_φ(x))) (004's "final prediction"), and the GMM posterior on
+        z_p = ψ(x) under the class Gaussians (the PersonaNet's own classifier)."""
         for module in self._modules():
             module.eval()
         mu, _ = self.learngene(x)
-        x_rec = self.decoder(torch.cat([self.persona(x), mu], dim=1))
-        return {"acc": self.classifier(x), "acc_decoder": self.classifier(x_rec)}
+        z_p = self.persona(x)
+        x_rec = self.decoder(torch.cat([z_p, mu], dim=1))
+        return {
+            "acc": self.classifier(x),
+            "acc_decoder": self.classifier(x_rec),
+            "acc_gmm": gmm_logits(z_p, self.class_means, self.class_variances()),
+        }
+
+    @torch.no_grad()
+    def diagnostics(self, data: LabelledImages) -> dict[str, float]:
+        """How much the decoder reads the shared z_l: the reconstruction error (summed over
+        pixels, mean over images) with z_l = μ_φ(x), and with z_l blanked to the prior mean 0."""
+        for module in self._modules():
+            module.eval()
+        sums = torch.zeros(2, device=self.device)
+        for x, _ in data.batches(max(256, self.task.batch_size), shuffle=False):
+            z_p, (mu, _) = self.persona(x), self.learngene(x)
+            for i, z_l in enumerate((mu, torch.zeros_like(mu))):
+                x_rec = self.decoder(torch.cat([z_p, z_l], dim=1))
+                sums[i] += (x_rec - x).square().flatten(1).sum(1).sum()
+        rec, blank = (sums / max(1, len(data))).tolist()
+        return {"rec_loss": rec, "rec_loss_blank_zl": blank, "rec_loss_zl_gain": blank - rec}

@@ -1,4 +1,9 @@
-"""Local training only: the no-collaboration baseline."""
+"""Local training only: the no-collaboration baseline.
+
+DRDFL's papers run it with plain SGD ("each client only performs SGD"): ``optimizer=sgd,
+momentum=0`` (``jobs/configs/paper/local-cifar10-shard4.yaml``); the default is this
+project's Adam, the optimiser every Adam method here is compared with.
+"""
 
 from __future__ import annotations
 

@@ -43,7 +43,9 @@ class ExperimentSection:
 
 @dataclass(frozen=True)
 class PartitionSection:
-    kind: Literal["iid", "dirichlet", "shard"] = "shard"
+    # "file": the exact split a run wrote (its partition.json), read from ``path``.
+    kind: Literal["iid", "dirichlet", "shard", "file"] = "shard"
+    path: str | None = None
     beta: float = 0.5
     classes_per_client: int = 2
     min_size: int = 10
@@ -55,6 +57,13 @@ class PartitionSection:
         check(self.beta > 0, "data.partition.beta", "a number > 0")
         check(self.classes_per_client >= 1, "data.partition.classes_per_client", "an int >= 1")
         check(self.min_size >= 0, "data.partition.min_size", "an int >= 0")
+        check(
+            self.kind != "file" or bool(self.path),
+            "data.partition.path",
+            "the path of a partition file (a run's partition.json) when data.partition.kind "
+            "is 'file'",
+            self.path,
+        )
 
 
 @dataclass(frozen=True)

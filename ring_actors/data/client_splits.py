@@ -7,6 +7,7 @@ import numpy as np
 
 from ring_actors.config import Config
 from ring_actors.data.partition import ClientSplit, split_clients
+from ring_actors.data.partition_file import load_partition
 from ring_actors.data.sources import DatasetArrays
 
 
@@ -14,9 +15,18 @@ def split_for(config: Config, dataset: DatasetArrays) -> list[ClientSplit]:
     """Every client's train and test indices, late joiners included, as the config says.
 
     With ``joiner_classes: other_half`` the first clients share the lower half of the classes
-    and the joiners the upper half: newcomers bring classes the ring has never seen.
+    and the joiners the upper half: newcomers bring classes the ring has never seen. With
+    ``kind: file`` the split is read, as it is, from the file an earlier run wrote.
     """
     part = config.data.partition
+    if part.kind == "file":  # the exact split of an earlier run: no cap, no class halves
+        return load_partition(
+            part.path,
+            config.data.dataset,
+            len(dataset.train_y),
+            len(dataset.test_y),
+            config.total_clients,
+        )
     joiners = config.total_clients - config.clients.count
     if part.joiner_classes == "all" or joiners == 0:
         return _split(config, dataset, config.total_clients, None)

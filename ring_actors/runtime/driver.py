@@ -25,6 +25,7 @@ from ring_actors.config import Config, FaultSection, check_backbone_for
 from ring_actors.coordinator.tracking import resolve_tracking_uri
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
+from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.durable import write_atomic
 from ring_actors.redact import public_config, redact_uri
@@ -315,6 +316,8 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
         except BaseException:
             ray.kill(coordinator)
             raise
+    if not resume:  # the exact split, for a later run or tool to reuse (data.partition.kind file)
+        save_partition(RunFolder(output_dir).partition, splits, config.data.dataset)
     data_ref = ray.put(dataset)  # once; every client indexes its own part
     global_test_ref = ray.put(global_test_set(config, dataset, splits))
     client_options = dict(

@@ -243,3 +243,34 @@ def test_ring_fedavg_lap_without_contributions_keeps_the_local_model():
     client.apply_lap("average", 0, {}, [])
     assert all(torch.equal(v, before[k]) for k, v in client.model.state_dict().items())
     assert client.shared_state() == {} and client.laps(3) == ("average",)
+
+
+# ---- the papers' optimiser for the baselines ----------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [Local, DFedAvg, FedAvg])
+def test_the_baselines_keep_adam_unless_told(cls):
+    assert isinstance(make(cls).optimizer, optim.Adam)
+
+
+@pytest.mark.parametrize("cls", [Local, DFedAvg, FedAvg])
+def test_papers_plain_sgd_takes_exactly_one_gradient_step_per_batch(cls):
+    """DRDFL's papers run Local with plain SGD: ``optimizer=sgd, momentum=0`` gives
+    w - lr * grad, computed here by hand on one full batch (the order cannot matter)."""
+    lr = 0.05
+    algo = make(cls, optimizer="sgd", momentum=0.0, lr=lr)
+    data = separable(n=32, shape=SHAPE)
+    before = {k: v.detach().clone() for k, v in algo.model.named_parameters()}
+    x, y = next(data.batches(32, shuffle=False))
+    algo.model.train()
+    loss = torch.nn.functional.cross_entropy(algo.model(x), y)
+    grads = torch.autograd.grad(loss, [algo.model.get_parameter(k) for k in before])
+    algo.model.zero_grad(set_to_none=True)
+    metrics = algo.train_round(data)
+    assert metrics["loss"] == pytest.approx(float(loss), rel=1e-5)
+    for (name, old), grad in zip(before.items(), grads, strict=True):
+        torch.testing.assert_close(algo.model.get_parameter(name), old - lr * grad)
+    adam = make(cls, lr=lr)  # this project's default moves the same weights otherwise
+    adam.train_round(data)
+    moved = adam.model.get_parameter(next(iter(before)))
+    assert not torch.allclose(moved, next(iter(before.values())) - lr * grads[0])

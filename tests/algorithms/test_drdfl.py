@@ -93,7 +93,7 @@ def test_output_shapes(shape, backbone):
     assert algo.decoder(torch.cat([z_p, mu], 1)).shape == x.shape
     assert algo.adversary(mu).shape == (3, 5)
     out = algo.predict(x)
-    assert set(out) == {"acc", "acc_decoder"}
+    assert set(out) == {"acc", "acc_decoder", "acc_gmm"}
     assert all(v.shape == (3, 5) for v in out.values())
     assert algo.class_means.shape == algo.class_variances().shape == (5, 8)
 
@@ -221,7 +221,7 @@ def test_training_lowers_losses_and_beats_chance():
     for key in ("loss_pr", "loss_rec", "loss_ce"):
         assert last[key] < first[key], key
     acc = algo.evaluate(separable(64, seed=1))
-    assert acc["acc"] > 0.5 and set(acc) == {"acc", "acc_decoder"}  # chance is 0.25
+    assert acc["acc"] > 0.5 and set(acc) == {"acc", "acc_decoder", "acc_gmm"}  # chance is 0.25
     assert float(algo.class_variances().detach().min()) >= algo.options.var_floor * (1 - 1e-6)
 
 
@@ -230,6 +230,8 @@ def test_training_lowers_losses_and_beats_chance():
     [
         {"merge": "replace"},
         {"routing": "literal"},
+        {"routing": "learngene"},
+        {"prior_init": "client"},
         {"use_pr": False},
         {"use_gl": False},
         {"optimizer": "sgd"},
@@ -253,6 +255,7 @@ def test_variants_train(options):
         ("var_floor", 0.0),
         ("merge", "mix"),
         ("routing", "other"),
+        ("prior_init", "each"),
         ("t_init", -1),
         ("lambda_rec", -1.0),
         ("lambda_pr", -0.5),
@@ -266,3 +269,105 @@ def test_invalid_options_name_the_field(field, value):
 def test_options_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         DRDFLOptions().alpha = 0.5  # type: ignore[misc]
+
+
+# ---- the readings the papers leave open ----------------------------------------------------
+
+
+def _grads_after_one_step(**options) -> dict[str, bool]:
+    """Which modules L_rec alone sends a gradient to (every other loss weighted 0)."""
+    algo = make(use_pr=False, use_gl=False, **options)
+    x, y = next(separable(16).batches(16, shuffle=False))
+    algo.classifier.requires_grad_(False)  # L_ce is not the question here
+    algo._step(x, y)
+    return {
+        name: any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
+        for name, module in (
+            ("psi", algo.persona),
+            ("phi", algo.learngene),
+            ("theta", algo.decoder),
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    ("routing", "expected"),
+    [
+        ("elbo", {"psi": True, "phi": True, "theta": True}),
+        ("learngene", {"psi": False, "phi": True, "theta": True}),
+        ("literal", {"psi": False, "phi": False, "theta": True}),
+    ],
+)
+def test_routing_decides_which_encoders_the_reconstruction_trains(routing, expected):
+    assert _grads_after_one_step(routing=routing) == expected
+
+
+def test_class_gaussians_start_alike_unless_drawn_per_client():
+    shared = [make(seed=s).class_means.detach() for s in (1, 2)]
+    torch.testing.assert_close(shared[0], shared[1])
+    own = [make(seed=s, prior_init="client").class_means.detach() for s in (1, 2)]
+    assert not torch.allclose(own[0], own[1])
+    torch.testing.assert_close(own[0], make(seed=1, prior_init="client").class_means.detach())
+    # φ stays common: only the anchors change
+    a, b = make(seed=1, prior_init="client"), make(seed=2, prior_init="client")
+    theirs = b.learngene.state_dict()
+    for k, va in a.learngene.state_dict().items():
+        torch.testing.assert_close(va, theirs[k], msg=k)
+
+
+def test_three_predictions_agree_with_a_hand_computation():
+    """Two images, K = 3, d_p = 2: the GMM posterior computed by hand from set means and
+    variances, and the decoder path as f_ω applied to θ(ψ(x), μ_φ(x)) step by step."""
+    algo = make(classes=3, latent_personal=2, latent_learngene=2)
+    algo.train_round(separable(32, classes=3))  # BatchNorm statistics and weights move off init
+    images = separable(2, classes=3, seed=5)
+    x, _ = next(images.batches(2, shuffle=False))
+    with torch.no_grad():
+        algo.class_means.copy_(torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, -3.0]]))
+        algo.class_logvar.copy_(torch.tensor([[0.0, 0.0], [0.0, 0.0], [math.log(4.0), 0.0]]))
+    out = algo.predict(x)
+    for m in algo._modules():
+        m.eval()
+    with torch.no_grad():
+        z = algo.persona(x)
+        mu, _ = algo.learngene(x)
+        by_hand = []
+        for i in range(2):
+            z0, z1 = float(z[i, 0]), float(z[i, 1])
+            by_hand.append(
+                [
+                    -0.5 * (z0**2 + z1**2),
+                    -0.5 * ((z0 - 2) ** 2 + z1**2),
+                    -0.5 * (z0**2 / 4 + (z1 + 3) ** 2) - 0.5 * math.log(4.0),
+                ]
+            )
+        torch.testing.assert_close(out["acc_gmm"], torch.tensor(by_hand))
+        torch.testing.assert_close(out["acc"], algo.classifier(x))
+        decoded = algo.decoder(torch.cat([z, mu], dim=1))  # the mean of z_l, no sample
+        torch.testing.assert_close(out["acc_decoder"], algo.classifier(decoded))
+    # evaluate scores each path by its argmax
+    hand_labels = torch.tensor(by_hand).argmax(1)
+    scores = algo.evaluate(dataclasses.replace(images, y=hand_labels))
+    assert scores["acc_gmm"] == 1.0
+    other = (hand_labels + 1) % 3
+    assert algo.evaluate(dataclasses.replace(images, y=other))["acc_gmm"] == 0.0
+
+
+def test_diagnostics_measure_what_blanking_z_l_costs_the_reconstruction():
+    algo = make()
+    data = separable(32)
+    for _ in range(2):
+        algo.train_round(data)
+    d = algo.diagnostics(data)
+    for m in algo._modules():
+        m.eval()
+    with torch.no_grad():
+        x, _ = next(data.batches(32, shuffle=False))
+        z_p, (mu, _) = algo.persona(x), algo.learngene(x)
+        rec = algo.decoder(torch.cat([z_p, mu], 1))
+        blank = algo.decoder(torch.cat([z_p, torch.zeros_like(mu)], 1))
+        expected = (rec - x).square().flatten(1).sum(1).mean()
+        expected_blank = (blank - x).square().flatten(1).sum(1).mean()
+    assert d["rec_loss"] == pytest.approx(float(expected), rel=1e-4)
+    assert d["rec_loss_blank_zl"] == pytest.approx(float(expected_blank), rel=1e-4)
+    assert d["rec_loss_zl_gain"] == pytest.approx(d["rec_loss_blank_zl"] - d["rec_loss"])

@@ -6,12 +6,23 @@ own, drawn from the simulated rounds."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from benchmarks.fidelity import Setting, as_report_run, main, run_config, simulate
+from benchmarks.fidelity import (
+    Setting,
+    as_report_run,
+    main,
+    run_config,
+    shared_spread,
+    simulate,
+)
+from ring_actors.data.client_splits import split_for
+from ring_actors.data.partition_file import partition_digest
 from ring_actors.data.sources import load_dataset
 from ring_actors.in_process import InProcessRing
 from tests.conftest import DATA_ROOT, needs_data
@@ -39,11 +50,19 @@ def test_the_simulation_gives_the_ring_its_accuracies(tmp_path, method):
     summary = ring.run(timeout_s=120)
     assert summary["rounds_completed"] == SETTING.rounds
     final = sorted(
-        (r for r in ring.coordinator.rows if r["round"] == SETTING.rounds - 1),
+        (r for r in ring.coordinator.results.rows if r["round"] == SETTING.rounds - 1),
         key=lambda r: r["client"],
     )
     assert [r["local_acc"] for r in final] == simulated["local"]
     assert [r["global_acc"] for r in final] == simulated["global"]
+    # the run wrote its split; loaded, it is the simulation's
+    written = split_for(
+        run_config(
+            dataclasses.replace(SETTING, partition=f"file:{tmp_path / 'partition.json'}"), 0
+        ),
+        arrays,
+    )
+    assert partition_digest(written) == partition_digest(split_for(run_config(SETTING, 0), arrays))
 
 
 def test_a_simulated_run_reads_as_a_report_run():
@@ -79,3 +98,33 @@ def test_the_benchmark_logs_accuracy_curves_to_mlflow(tmp_path, mlflow_uri):
     experiment = client.get_experiment_by_name("fidelity-test")
     (logged,) = client.search_runs([experiment.experiment_id])
     assert [a.path for a in client.list_artifacts(logged.info.run_id)] == figures
+
+
+@needs_data
+@pytest.mark.slow
+def test_arms_record_their_partition_and_a_recorded_one_runs_again_the_same(tmp_path):
+    torch.set_num_threads(1)
+    common = ["--seeds", "0", "1", "--root", str(DATA_ROOT), "--clients", "2"]
+    common += ["--samples", "40", "--rounds", "1", "--eval-every", "1", "--last", "1"]
+    common += ["--global-max", "50", "--local-max", "50", "--partition", "dirichlet:0.5"]
+    main(["--methods", "local", "--out", str(tmp_path / "a.json"), *common])
+    first = json.loads((tmp_path / "a.json").read_text())["runs"]
+    paths = [run["partition"]["path"] for run in first]
+    assert paths[0] != paths[1] and all(Path(p).is_file() for p in paths)
+    template = paths[0].replace("seed0", "seed{seed}")
+    again = ["--methods", "local", "--out", str(tmp_path / "b.json"), *common]
+    again[again.index("dirichlet:0.5")] = f"file:{template}"
+    main(again)
+    second = json.loads((tmp_path / "b.json").read_text())["runs"]
+    assert [r["partition"]["path"] for r in second] == paths
+    assert [r["partition"]["sha256"] for r in second] == [r["partition"]["sha256"] for r in first]
+    assert [r["rounds"] for r in second] == [r["rounds"] for r in first]
+
+
+def test_shared_spread_is_zero_for_equal_clients_and_scales_with_their_distance():
+    same = [{"learngene.w": torch.ones(3), "class_means": torch.ones(2)} for _ in range(3)]
+    assert shared_spread(same) == {"learngene": 0.0, "class_means": 0.0}
+    apart = [{"g.w": torch.tensor([1.0, 0.0])}, {"g.w": torch.tensor([-1.0, 0.0])}]
+    # mean (0, 0): each client 1 away, each of norm 1
+    assert shared_spread(apart) == {"g": pytest.approx(1.0)}
+    assert shared_spread([{"n": torch.tensor([1, 2])}] * 2) == {}  # integer tensors skipped

@@ -25,7 +25,8 @@ from tests.jobs.paper_cells import CLASS_COUNTS, NUM_CLASSES, PAPER_DIR, drawn_p
 from tests.jobs.paper_cells import predicts_on_cpu as predicts
 
 RESNET18 = 11_173_962  # parameters of the CIFAR ResNet-18 with 10 classes
-BASELINES = ("fedrep", "fedbn", "fednova", "dfedpgp", "dispfl")  # DRDFL's Table 2 rows
+# DRDFL's Table 2 rows, and its Local (Table 3) with the papers' plain SGD
+BASELINES = ("fedrep", "fedbn", "fednova", "dfedpgp", "dispfl", "local")
 # GENE-FL (dataset, partition, s or beta): Table I/II Comm (GB) and Acc, Table III/IV Acc.
 GENE_FL = {
     ("cifar10", "shard", 4): ("8.78", "71.45", "66.90"),
@@ -112,7 +113,8 @@ def baseline_settings(cfg: Config, path: Path) -> None:
 
 
 def baseline_header(cfg: Config, path: Path) -> list[str]:
-    return ["reproduces 000 Table 2", "Local-T", "Global-T", f"jobs/configs/paper/{path.name}"]
+    table = "Table 3" if cfg.algorithm.name == "local" else "Table 2"
+    return [f"reproduces 000 {table}", "Local-T", "Global-T", f"jobs/configs/paper/{path.name}"]
 
 
 def baseline_builds(cfg: Config) -> None:
@@ -123,6 +125,8 @@ def baseline_builds(cfg: Config) -> None:
         assert pushed == 0
         lapped = sum(t.numel() for t in algo.hand_off_state().values())  # the lap's keys
         assert 0.99 * RESNET18 < lapped <= RESNET18 + 10_000  # within BatchNorm and the head
+    elif cfg.algorithm.name == "local":
+        assert pushed == 0
     elif cfg.algorithm.name == "dfedpgp":
         assert pushed == pytest.approx(RESNET18 - 5130, rel=1e-3)  # all but the head
     else:  # DisPFL: about half the weights and a bit each for the masks
@@ -254,7 +258,7 @@ PAPERS = {
         drdfl_builds,
         lambda cfg, path: cfg.clients.count == 20 and "-no-" not in path.stem,
     ),
-    "baselines": Paper(BASELINES, 5, 300, baseline_settings, baseline_header, baseline_builds),
+    "baselines": Paper(BASELINES, 6, 300, baseline_settings, baseline_header, baseline_builds),
     "gene_fl": Paper(("gene-fl",), 12, 150, gene_fl_settings, gene_fl_header, gene_fl_builds),
     "pfedgm": Paper(
         ("pfedgm",),
@@ -416,6 +420,8 @@ def test_baselines_follow_the_papers_options():
     assert (options["fedrep"].head_epochs, options["fedrep"].body_epochs) == (1, 4)
     assert (options["fednova"].optimizer, options["fednova"].momentum) == ("sgd", 0.9)
     assert (options["dispfl"].density, options["dispfl"].anneal_rounds) == (0.5, 300)
+    # 000's Local "only performs SGD": plain SGD at the papers' one rate
+    assert (options["local"].optimizer, options["local"].momentum) == ("sgd", 0.0)
 
 
 def test_gene_fl_and_pfedgm_tables_are_covered_once_each():

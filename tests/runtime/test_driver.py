@@ -70,6 +70,9 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
 
     assert set(json.loads((out / "summary.json").read_text())) >= SUMMARY_KEYS
     assert config_from_dict(yaml.safe_load((out / "config.yaml").read_text())) == config
+    # the split it ran on, for another run to load (data.partition.kind: file)
+    written = json.loads((out / "partition.json").read_text())["clients"]
+    assert [len(c["train"]) for c in written] == [config.data.max_train_per_client] * 4
     metrics = pq.read_table(out / "metrics.parquet").to_pylist()
     assert sorted((r["client"], r["round"]) for r in metrics) == [
         (c, r) for c in range(4) for r in range(3)
