@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from ring_actors.config import ConfigError, load_config
+from ring_actors.config import Config, ConfigError, load_config
+from ring_actors.run_checks import RunFolderError, resume_config
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "quickstart.yaml"
 
@@ -119,8 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         print(list_choices(DEFAULT_CONFIG.parent / "paper"))
         return 0
     try:
-        path = args.resume / "config.yaml" if args.resume else args.config
-        config = load_config(path, args.overrides)
+        if args.resume:
+            config = resume_config(args.resume, args.overrides)
+        else:
+            config = load_config(args.config, args.overrides)
+    except RunFolderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except (ConfigError, OSError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
@@ -128,19 +134,44 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
     if args.dry_run:
-        from ring_actors.dry_run import describe_plan
+        from ring_actors.dry_run import cannot_start_here, describe_plan
 
         try:
             print(describe_plan(config))
         except ConfigError as err:
             print(f"config error: {err}", file=sys.stderr)
             return 2
+        problem = cannot_start_here(config)
+        if problem:
+            print(f"cannot start here: {problem}", file=sys.stderr)
+            return 1
         return 0
-    from ring_actors.runtime.driver import run_experiment  # Ray is imported only for a valid config
+    return _train(config, args)
+
+
+def _train(config: Config, args: argparse.Namespace) -> int:
+    """Run, print the outcome; anything a user can change ends in one message, exit 2."""
+    from ring_actors.data.sources import DatasetError, DatasetUnavailable
+    from ring_actors.runtime.driver import (  # Ray: the config is valid
+        ClientStartError,
+        PlacementError,
+        run_experiment,
+    )
 
     output_dir = args.resume or args.output_dir
     resume = args.resume is not None
-    summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
+    try:
+        summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
+    except (
+        RunFolderError,
+        PlacementError,
+        ClientStartError,
+        DatasetError,
+        DatasetUnavailable,
+        ConfigError,
+    ) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(format_table(summary))
     events = summary["events"]
     print(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ring_actors.capacity import fits, shortfall
 from ring_actors.config import Config, ConfigError, PartitionSection
 from ring_actors.data.sources import DATASETS, DatasetError, dataset_facts
 from ring_actors.method_factory import build_algorithm
@@ -105,6 +106,17 @@ def describe_plan(config: Config) -> str:
             ),
         ]
     )
+
+
+def cannot_start_here(config: Config) -> str | None:
+    """Why the run cannot start on this machine, or None. A run on a cluster
+    (``ray.address`` or ``RAY_ADDRESS``) is judged there: its nodes, or an autoscaler, decide."""
+    if config.ray.address or os.environ.get("RAY_ADDRESS"):
+        return None
+    node = {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()}
+    if fits(config, node):
+        return None
+    return shortfall(config, node, config.total_clients, waited=False)
 
 
 def _nbytes(tensors: dict) -> int:

@@ -27,6 +27,9 @@ class RunFolder:
     COORDINATOR = "coordinator.json"  # what a restarted coordinator resumes from
     UNSENT = "unsent_metrics.jsonl"  # metrics MLflow never took, one per line
     CLIENTS = "clients"  # the clients' private checkpoints
+    CLIENT_ERRORS = "client_errors.log"  # the traceback of each client round that raised
+    CURVES = "curves.png"  # Local-T and Global-T by round, drawn at the end
+    TIMELINE = "timeline.png"  # each client's rounds over wall time, with membership events
 
     PRIVATE = (CLIENTS, COORDINATOR)  # what only this run's processes read back
     PUBLISHED = (SUMMARY, CONFIG, METRICS, EVENTS)  # what a report or MLflow copies

@@ -23,7 +23,13 @@ from ring_actors.config import Config
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.progress import Progress
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
-from ring_actors.coordinator.run_summary import RunFacts, round_means, summarise_run
+from ring_actors.coordinator.run_summary import (
+    RunFacts,
+    draw_run_figures,
+    round_means,
+    run_level_metrics,
+    summarise_run,
+)
 from ring_actors.coordinator.tracking import Tracker, flatten, write_outputs
 from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.payloads import JournalEntry
@@ -625,11 +631,13 @@ class CoordinatorCore:
                 {
                     "final_local_acc": summary["local_acc"]["mean"],
                     "final_global_acc": summary["global_acc"]["mean"],
+                    **run_level_metrics(summary),
                 },
                 summary["rounds_completed"],
             )
             config, rows, events = self.config.to_dict(), list(self.rows), list(self.events)
         write_outputs(self.output_dir, config, summary, rows, events)
+        draw_run_figures(self.output_dir)  # uploaded with the outputs below
         private = () if self.config.tracking.upload_checkpoints else PRIVATE_OUTPUTS
         self.tracker.log_artifacts(self.output_dir, private)
         unsent = self.tracker.end()

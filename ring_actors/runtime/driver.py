@@ -15,23 +15,28 @@ from typing import Any
 import ray
 import yaml
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from tqdm import tqdm
 
+from ring_actors.capacity import fits, shortfall
 from ring_actors.client.faults import driver_faults_due
 from ring_actors.config import Config, FaultSection, check_backbone_for
 from ring_actors.coordinator.tracking import resolve_tracking_uri
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import load_dataset
+from ring_actors.run_checks import check_new, check_resumable, portable, remove_unstarted
+from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.client_actor import ClientActor
-from ring_actors.runtime.coordinator_actor import CHECKPOINT, Coordinator
+from ring_actors.runtime.coordinator_actor import Coordinator
+from ring_actors.runtime.progress_bar import RoundProgress, progress_note
 from ring_actors.runtime.ray_transport import CALLEE_DIED
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
 from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
 
 log = logging.getLogger(__name__)
+# Ray's notice that a new local cluster uses token authentication, printed by every local run.
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 CLIENT = ray.remote(ClientActor)
 SLOT_POOL = ray.remote(SlotPool)
@@ -85,7 +90,16 @@ class Experiment:
         )
         if len(ready) < len(refs):
             raise PlacementError(_placement_message(self.config, len(refs) - len(ready)))
-        facts = ray.get(refs)
+        try:
+            facts = ray.get(refs)
+        except ray.exceptions.OutOfMemoryError as err:  # the node ran out while they started
+            first = str(err).strip().splitlines()[0]
+            raise ClientStartError(
+                f"the clients could not start: {first}. Lower clients.count (or "
+                "data.max_train_per_client), or free memory on this machine"
+            ) from err
+        except ray.exceptions.RayActorError as err:  # a constructor raised: a method of
+            raise ClientStartError(_start_failure(err)) from err  # one's own, most often
         self.placement.update(zip(handles, facts, strict=True))
         self.start_slot_pools()
 
@@ -129,31 +143,30 @@ class PlacementError(RuntimeError):
     """The cluster cannot host every client the config asks for."""
 
 
-def _demand(config: Config) -> dict[str, float]:
-    """What every client together asks of the cluster; joiners announced by the fault plan
-    start at launch too."""
-    total = config.total_clients
-    return {"CPU": total * config.clients.num_cpus, "GPU": total * config.clients.num_gpus}
+class ClientStartError(RuntimeError):
+    """A client actor raised while it was built (its method, model or data split), or
+    the node ran out of memory while they started."""
 
 
-def _placement_message(config: Config, pending: int) -> str:
-    clients, total, demand = config.clients, config.total_clients, _demand(config)
-    capacity = ray.cluster_resources()
+def _start_failure(err: Exception) -> str:
+    """The error a client's constructor raised, in one line, and where to look."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    raised = next((line for line in reversed(lines) if "Error" in line.split(":")[0]), None)
     return (
-        f"{pending} of {total} client actors could not be placed within "
-        f"clients.start_timeout_s={clients.start_timeout_s:g}: they need "
-        f"{total} x clients.num_cpus={clients.num_cpus:g} = {demand['CPU']:g} CPUs "
-        f"and {total} x clients.num_gpus={clients.num_gpus:g} = {demand['GPU']:g} "
-        f"GPUs; the cluster has {capacity.get('CPU', 0):g} CPUs and {capacity.get('GPU', 0):g} "
-        "GPUs. Lower clients.num_cpus / clients.num_gpus or add nodes."
+        f"a client could not start: {raised or lines[-1] if lines else type(err).__name__}. "
+        "Check algorithm.name / algorithm.backbone (a method or backbone of one's own builds "
+        "in every client) and their options"
     )
+
+
+def _placement_message(config: Config, pending: int, waited: bool = True) -> str:
+    return shortfall(config, ray.cluster_resources(), pending, waited)
 
 
 def check_capacity(config: Config) -> None:
     """Refuse at once a run that a fixed-size Ray instance can never fit."""
-    capacity = ray.cluster_resources()
-    if any(need > capacity.get(kind, 0) + 1e-9 for kind, need in _demand(config).items()):
-        raise PlacementError(_placement_message(config, config.total_clients))
+    if not fits(config, ray.cluster_resources()):
+        raise PlacementError(_placement_message(config, config.total_clients, waited=False))
 
 
 def connect_ray(
@@ -172,6 +185,8 @@ def connect_ray(
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     local = {} if address else {"include_dashboard": dashboard}
+    if not address:  # a local Ray keeps its token on this machine: no notice to read
+        logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     env = job_runtime_env(py_modules)
     ray.init(
         address=address, log_to_driver=False, configure_logging=False, runtime_env=env, **local
@@ -182,21 +197,12 @@ def connect_ray(
 def default_output_dir(config: Config) -> Path:
     """``runs/<name>-<algorithm>-<time>``, with a suffix when that run directory exists."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{config.experiment.name}-{config.algorithm.name}-{stamp}"
+    base = Path("runs") / portable(f"{config.experiment.name}-{config.algorithm.name}-{stamp}")
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
-
-
-def check_output_dir(output_dir: Path) -> None:
-    """Refuse a directory that holds another run: its checkpoints would be resumed as ours."""
-    if (output_dir / CHECKPOINT).exists():
-        raise FileExistsError(
-            f"output dir {output_dir} already holds a run ({CHECKPOINT}); "
-            "pass another --output-dir or remove it"
-        )
 
 
 def launch(config: Config, output_dir: Path | None = None, resume: bool = False) -> Experiment:
@@ -207,17 +213,22 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
     """
     output_dir = (output_dir or default_output_dir(config)).resolve()
     if resume:
-        if not (output_dir / CHECKPOINT).exists():
-            raise FileNotFoundError(f"{output_dir} holds no run to resume ({CHECKPOINT})")
+        check_resumable(output_dir, config.experiment.rounds)
     else:
-        check_output_dir(output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        check_new(output_dir)
+    # What can fail at once does, before the data is read and before anything is written.
+    if not ray.is_initialized():
+        progress_note("starting Ray" if not config.ray.address else "connecting to Ray")
+    if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
+        check_capacity(config)
+    progress_note(f"loading {config.data.dataset}")
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)
     check_backbone_for(config, dataset.input_shape, dataset.num_classes)
     splits = split_for(config, dataset)
-    if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
-        check_capacity(config)
+    created = not output_dir.exists()
+    if not resume:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
     data_ref = ray.put(dataset)  # once; every client indexes its own part
     global_test_ref = ray.put(global_test_set(config, dataset, splits))
 
@@ -266,6 +277,7 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
         resume,
     )
     try:
+        progress_note(f"placing the coordinator and {config.total_clients} client actors")
         experiment.create_clients(list(range(config.total_clients)))
         for i in range(config.total_clients if resume else config.clients.count):
             node, handle = experiment.placement[i]["node_id"], experiment.clients[i]
@@ -277,6 +289,8 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
             experiment.admitted.add(i)
     except BaseException:
         shutdown(experiment)  # nothing of a run that could not start stays on the cluster
+        if not resume:  # nor in its folder
+            remove_unstarted(output_dir, created)
         raise
     return experiment
 
@@ -284,10 +298,10 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
 def wait_and_finalize(experiment: Experiment, started: float, progress: bool) -> dict[str, Any]:
     """Follow progress (applying the fault plan's driver-side entries) until all are done."""
     config = experiment.config
-    total = config.clients.count * config.experiment.rounds
     applied: set[int] = set()
     printed = 0  # client errors shown so far
-    with tqdm(total=total, desc="client-rounds", unit="rd", disable=not progress) as bar:
+    shown = RoundProgress(config.clients.count * config.experiment.rounds, progress)
+    try:
         while True:
             try:
                 state = ray.get(experiment.coordinator.progress.remote())
@@ -295,33 +309,37 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
                 time.sleep(0.5)
                 continue
             for error in state.errors[printed:]:
-                bar.write(
-                    f"client {error['client']} failed in round {error['round']} "
-                    f"(schedule.on_client_error={config.schedule.on_client_error}):\n"
-                    f"{error['error']}",
-                    file=sys.stderr,
-                )
+                shown.write(client_error_line(experiment, error))
             printed = len(state.errors)
             if state.stopped:
-                bar.write(f"run stopped: {state.stopped}", file=sys.stderr)
+                shown.write(f"run stopped: {state.stopped}")
                 break
             due = driver_faults_due(config.faults, state.round, state.newest, applied)
             for index in due:
                 apply_driver_fault(experiment, config.faults[index])
                 applied.add(index)
-            bar.total = state.rounds_planned or total
-            bar.update(state.rounds_done - bar.n)
-            latest = state.latest
-            if latest:
-                bar.set_postfix(
-                    {k.removesuffix("_mean"): f"{v:.3f}" for k, v in latest.items() if k != "round"}
-                    | {"round": latest["round"]},
-                    refresh=False,
-                )
+            shown.update(state)
             if state.finished:
                 break
             time.sleep(0.5)
-    return ray.get(experiment.coordinator.finalize.remote(time.monotonic() - started))
+        summary = ray.get(experiment.coordinator.finalize.remote(time.monotonic() - started))
+        shown.finish(summary)
+        return summary
+    finally:
+        shown.close()
+
+
+def client_error_line(experiment: Experiment, error: dict[str, Any]) -> str:
+    """One line for a client's failed round; its traceback goes to ``client_errors.log``."""
+    log_file = experiment.output_dir / RunFolder.CLIENT_ERRORS
+    with log_file.open("a") as file:
+        file.write(f"client {error['client']}, round {error['round']}:\n{error['error']}\n")
+    lines = error["error"].strip().splitlines()
+    return (
+        f"client {error['client']} failed in round {error['round']}: "
+        f"{lines[-1] if lines else 'error'} (schedule.on_client_error="
+        f"{experiment.config.schedule.on_client_error}; traceback in {log_file})"
+    )
 
 
 def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
