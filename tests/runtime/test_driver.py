@@ -168,6 +168,7 @@ def test_clients_that_cannot_all_be_placed_fail_the_launch_and_leave_nothing(ray
         check_capacity(config)
     with pytest.raises(PlacementError, match="[1-5] of 5 client actors could not be placed"):
         launch(config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # a launch that never started leaves no folder
     deadline = time.monotonic() + 30
     while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)  # the killed actors hand their CPUs back
