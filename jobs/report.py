@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ring_actors.report.build import write_report
-from ring_actors.report.runs import find_runs, load_run
+from ring_actors.report.runs import survey
 from ring_actors.report.tables import GROUPINGS, parse_by
 
 
@@ -46,18 +46,20 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--experiment needs --mlflow-uri")
         if args.last < 1:
             raise ValueError(f"--last: must be >= 1, got {args.last}")
-        paths = find_runs(args.runs)
+        paths = list(args.runs)
         if args.experiment:
             from ring_actors.report.mlflow_io import download_experiment
 
             paths += download_experiment(args.mlflow_uri, args.experiment, args.out / "runs")
-        if not paths:
+        runs, skipped = survey(paths)
+        for path, why in skipped:
+            print(f"report: left out {path}: {why}", file=sys.stderr)
+        if not runs:
             raise ValueError("no run directories found (each holds a summary.json)")
+        files = write_report(runs, by, args.out, args.last, skipped)
     except (ValueError, FileNotFoundError) as err:
         print(f"report: {err}", file=sys.stderr)
         return 2
-    runs = [load_run(p) for p in paths]
-    files = write_report(runs, by, args.out, args.last)
     print(f"{len(runs)} run(s) -> {files[0]} and {len(files) - 1} figures")
     if args.mlflow_uri:
         from ring_actors.report.mlflow_io import log_report

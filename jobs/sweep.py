@@ -60,7 +60,7 @@ def run_name(point: tuple[str, ...], varying: set[str]) -> str:
     """The directory name of a point: the overrides that vary across the grid."""
     parts = [o for o in point if o.partition("=")[0] in varying]
     name = ",".join(p.replace('"', "") for p in parts) or "run"
-    return re.sub(r"[^A-Za-z0-9._=,:+-]", "_", name)
+    return re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)  # no ":": scp and rsync take it for a host
 
 
 def plan(config_path: Path, overrides: list[str], sweep_dir: Path) -> list[Point]:

@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 
 from jobs.run_setting import resolved_setting, setting_keys
-from ring_actors.config import ConfigError, load_config
+from ring_actors.config import Config, ConfigError, load_config
+from ring_actors.run_checks import RunFolderError, resume_config
 from ring_actors.run_folder import RunFolder
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "quickstart.yaml"
@@ -115,8 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         print(list_choices(DEFAULT_CONFIG.parent / "paper"))
         return 0
     try:
-        path = RunFolder(args.resume).config if args.resume else args.config
-        config = load_config(path, args.overrides)
+        if args.resume:
+            config = resume_config(args.resume, args.overrides)
+        else:
+            config = load_config(args.config, args.overrides)
+    except RunFolderError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except (ConfigError, OSError) as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
@@ -124,16 +130,26 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
     if args.dry_run:
-        from ring_actors.dry_run import describe_plan
+        from ring_actors.dry_run import cannot_start_here, describe_plan
 
         try:
             print(describe_plan(config))
         except ConfigError as err:
             print(f"config error: {err}", file=sys.stderr)
             return 2
+        problem = cannot_start_here(config)
+        if problem:
+            print(f"cannot start here: {problem}", file=sys.stderr)
+            return 1
         return 0
+    return _train(config, args)
+
+
+def _train(config: Config, args: argparse.Namespace) -> int:
+    """Run, print the outcome; anything a user can change ends in one message."""
     from jobs.run_story import tell
     from ring_actors.admission import AdmissionError
+    from ring_actors.data.sources import DatasetError, DatasetUnavailable
     from ring_actors.runtime.driver import CoordinatorLost, run_experiment  # Ray: a valid config
     from ring_actors.runtime.launch import LaunchError
 
@@ -147,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     except CoordinatorLost as err:
         print(f"run stopped: {err}", file=sys.stderr)
         return 1
+    except (RunFolderError, DatasetError, DatasetUnavailable, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(format_table(summary))
     print(tell(summary))
     events = summary["events"]

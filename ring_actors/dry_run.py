@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from ring_actors.admission import CONTROL_PLANE_GB, client_gb, need_gb, node_memory
+from ring_actors.capacity import fits, shortfall
 from ring_actors.config import Config, ConfigError, PartitionSection
 from ring_actors.data.sources import DATASETS, DatasetError, dataset_facts
 from ring_actors.method_factory import build_algorithm
@@ -111,6 +112,17 @@ def _memory_here() -> str:
     if memory is None:
         return ""
     return f"; this node has {memory.usable_gb:.1f} GB usable before Ray's memory monitor acts"
+
+
+def cannot_start_here(config: Config) -> str | None:
+    """Why the run cannot start on this machine, or None. A run on a cluster
+    (``ray.address`` or ``RAY_ADDRESS``) is judged there: its nodes, or an autoscaler, decide."""
+    if config.ray.address or os.environ.get("RAY_ADDRESS"):
+        return None
+    node = {"CPU": os.cpu_count() or 1, "GPU": torch.cuda.device_count()}
+    if fits(config, node):
+        return None
+    return shortfall(config, node, config.total_clients, waited=False)
 
 
 def _nbytes(tensors: dict) -> int:

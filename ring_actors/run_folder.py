@@ -29,6 +29,9 @@ class RunFolder:
     UNSENT = "unsent_metrics.jsonl"  # metrics MLflow never took, one per line
     CLIENTS = "clients"  # the clients' private checkpoints
     PARTITION = "partition.json"  # every client's train and test indices (data.partition.kind file)
+    CLIENT_ERRORS = "client_errors.log"  # the traceback of each client round that raised
+    CURVES = "curves.png"  # Local-T and Global-T by round, drawn at the end
+    TIMELINE = "timeline.png"  # each client's rounds over wall time, with membership events
 
     PRIVATE = (CLIENTS, COORDINATOR, HISTORY)  # what only this run's processes read back
     PUBLISHED = (SUMMARY, CONFIG, METRICS, EVENTS)  # what a report or MLflow copies

@@ -28,9 +28,8 @@ TOPOLOGIES: dict[str, Callable[[TopologySection, int], Topology]] = {
 
 
 def build_topology(section: TopologySection, seed: int) -> Topology:
-    """The topology for ``section.kind``; ``seed`` drives randomised kinds (``dynamic``)."""
-    if section.kind not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {section.kind!r}; allowed: {', '.join(TOPOLOGIES)}")
+    """The topology for ``section.kind`` (the config admits only kinds registered here);
+    ``seed`` drives randomised kinds (``dynamic``)."""
     return TOPOLOGIES[section.kind](section, seed)
 
 

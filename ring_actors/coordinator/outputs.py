@@ -6,7 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ring_actors.coordinator.run_summary import RunFacts, summarise_run
+from ring_actors.coordinator.run_summary import (
+    RunFacts,
+    draw_run_figures,
+    run_level_metrics,
+    summarise_run,
+)
 from ring_actors.coordinator.state import CoordinatorState
 from ring_actors.coordinator.tracking import flatten, write_outputs
 from ring_actors.redact import public_config, redact_uri
@@ -65,12 +70,14 @@ class RunOutputs(CoordinatorState):
                 {
                     "final_local_acc": summary["local_acc"]["mean"],
                     "final_global_acc": summary["global_acc"]["mean"],
+                    **run_level_metrics(summary),
                 },
                 summary["rounds_completed"],
             )
             config, rows = self.public_config(), list(self.results.rows)
             events = list(self.results.events)
         write_outputs(self.output_dir, config, summary, rows, events)
+        draw_run_figures(self.output_dir)  # uploaded with the outputs below
         private = () if self.config.tracking.upload_checkpoints else RunFolder.PRIVATE
         self.tracker.log_artifacts(self.output_dir, private)
         unsent = self.tracker.end()

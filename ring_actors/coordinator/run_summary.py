@@ -3,14 +3,18 @@ the last ten evaluated rounds, as the papers quote them), traffic, faults and re
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ring_actors.config import Config
 from ring_actors.delivery.events import EventKind
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,28 @@ def summarise_run(config: Config, facts: RunFacts, wall_s: float) -> dict[str, A
         "ring_order": facts.ring_order,
         "mlflow": facts.mlflow,
     }
+
+
+def run_level_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The figures a person looks for first, named so MLflow lists them before the
+    per-round and per-client ones (capitals sort first): the client means at the end, in
+    percent as the tables print them, and the bytes one hop carried on average."""
+    return {
+        "Local-T": 100 * summary["local_acc"]["mean"],
+        "Global-T": 100 * summary["global_acc"]["mean"],
+        "Bytes per hop": summary["bytes_per_hop"],
+    }
+
+
+def draw_run_figures(output_dir: Path) -> None:
+    """The run's curves and ring timeline in its folder; a figure that fails costs the run
+    nothing but the figure."""
+    try:
+        from ring_actors.report.run_figures import write_run_figures  # matplotlib: at the end
+
+        write_run_figures(output_dir)
+    except Exception:
+        log.exception("drawing the run's figures failed; its tables are written")
 
 
 def round_means(reports: Iterable[dict[str, float]]) -> dict[str, float]:

@@ -12,12 +12,19 @@ from ring_actors.report.tables import BYTES_PER_VALUE, build_table, render_runs,
 REPORT = "report.md"
 
 
-def write_report(runs: Sequence[Run], by: Sequence[str], out: Path, last: int = 10) -> list[Path]:
-    """Build the table and figures for ``runs``; return every file written, report first."""
+def write_report(
+    runs: Sequence[Run],
+    by: Sequence[str],
+    out: Path,
+    last: int = 10,
+    skipped: Sequence[tuple[Path, str]] = (),
+) -> list[Path]:
+    """Build the table and figures for ``runs``; return every file written, report first.
+    ``skipped``: the folders left out and why, listed in the report."""
     if not runs:
         raise ValueError("no runs to report on")
+    table = build_table(runs, by, last)  # refuses a seed counted twice before writing
     out.mkdir(parents=True, exist_ok=True)
-    table = build_table(runs, by, last)
     curves = accuracy_curves(table, out)
     names = _timeline_names(runs)
     timelines = [ring_timeline(run, out / name) for run, name in zip(runs, names, strict=True)]
@@ -35,6 +42,15 @@ def write_report(runs: Sequence[Run], by: Sequence[str], out: Path, last: int = 
         render_table(table),
         "",
     ]
+    if table.split_by:
+        text += [
+            "Rows are split where runs of one row and column differ in more than the seed: "
+            f"{', '.join(table.split_by)} (shown in brackets); such runs are never averaged.",
+            "",
+        ]
+    if skipped:
+        text += ["Folders left out:", ""]
+        text += [f"- `{path}`: {why}" for path, why in skipped] + [""]
     if partial:
         text += ["Partial runs:", ""]
         text += [f"- `{run.path}`: {run.partial}" for run in partial] + [""]

@@ -53,6 +53,17 @@ def seed_band(runs: Sequence[Run], key: str) -> list[tuple[int, float, float]]:
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
+MIN_SPAN = 10.0  # accuracy points the y-axis shows at least: noise must not look like a climb
+
+
+def _at_least_span(axis, span: float) -> None:
+    """Widen the y-axis to ``span`` around its data, within 0..100."""
+    low, high = axis.get_ylim()
+    if high - low >= span:
+        return
+    middle = (low + high) / 2
+    low = min(max(0.0, middle - span / 2), 100.0 - span)
+    axis.set_ylim(low, low + span)
 
 
 def accuracy_curves(table: Table, directory: Path) -> list[Path]:
@@ -67,7 +78,7 @@ def accuracy_curves(table: Table, directory: Path) -> list[Path]:
                 band = seed_band(cell.runs, key) if cell else []
                 if not band:
                     continue
-                rounds = [r + 1 for r, _, _ in band]
+                rounds = [r for r, _, _ in band]  # from 0, as metrics.parquet and MLflow
                 (line,) = axis.plot(
                     rounds,
                     [100 * m for _, m, _ in band],
@@ -84,8 +95,9 @@ def accuracy_curves(table: Table, directory: Path) -> list[Path]:
                     color=line.get_color(),
                     alpha=0.2,
                 )
-            axis.set(title=title, xlabel="round", ylabel="accuracy (%)")
+            axis.set(title=title, xlabel="round (from 0)", ylabel="accuracy (%)")
             axis.xaxis.get_major_locator().set_params(integer=True)
+            _at_least_span(axis, MIN_SPAN)
             axis.grid(alpha=0.3)
         figure.suptitle(column_label(column))
         figure.tight_layout()

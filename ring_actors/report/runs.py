@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,44 @@ def load_runs(paths: Iterable[Path]) -> list[Run]:
         except (ValueError, OSError, yaml.YAMLError) as err:  # JSON, Parquet and YAML errors
             log.warning("%s left out of the report: a torn or unreadable file (%s)", path, err)
     return runs
+
+
+def survey(paths: Iterable[Path]) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """The runs among ``paths`` (as :func:`find_runs`), and every folder left out, with why:
+    a folder that is not a run nor holds one, or a run whose files cannot be read."""
+    paths = list(paths)
+    runs: list[Run] = []
+    skipped = skipped_folders(paths)
+    for path in find_runs(paths):
+        try:
+            runs.append(load_run(path))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            skipped.append((path, f"unreadable: {type(err).__name__}: {err}"))
+    return runs, skipped
+
+
+def skipped_folders(paths: Iterable[Path]) -> list[tuple[Path, str]]:
+    """Folders beneath ``paths`` holding no run: neither one themselves nor any below them."""
+    skipped: list[tuple[Path, str]] = []
+    for root in paths:
+        if not root.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            if RunFolder.SUMMARY in filenames:
+                dirnames.clear()  # a run: its own folders (checkpoints) are part of it
+                continue
+            if here == root or next(here.rglob(RunFolder.SUMMARY), None) is not None:
+                continue  # a folder of runs
+            why = (
+                f"{RunFolder.CONFIG} but no {RunFolder.SUMMARY}: a launch that never started, "
+                "or a run still starting"
+                if RunFolder.CONFIG in filenames
+                else f"no {RunFolder.SUMMARY}: not a run"
+            )
+            skipped.append((here, why))
+            dirnames.clear()
+    return skipped
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

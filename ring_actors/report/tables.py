@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ring_actors.report.runs import Run
+from ring_actors.report.settings import check_seeds, differing_keys, label
 
 BYTES_PER_VALUE = 4  # the payloads' tensors are float32: parameters = bytes / 4
 
@@ -53,6 +54,7 @@ class Table:
     rows: tuple[str, ...]
     columns: tuple[tuple[str, ...], ...]
     cells: Mapping[tuple[str, tuple[str, ...]], Cell]
+    split_by: tuple[str, ...] = ()  # setting keys that split a row: they differ among its runs
 
 
 def round_means(run: Run, key: str) -> list[tuple[int, float]]:
@@ -88,12 +90,22 @@ def parse_by(text: str) -> tuple[str, ...]:
 
 
 def build_table(runs: Sequence[Run], by: Sequence[str], last: int = 10) -> Table:
-    """Group the runs (the seeds of a cell are the runs that share every key) and sum up."""
+    """Group the runs (the seeds of a cell are the runs that share every key) and sum up.
+
+    Runs of one row and column whose settings differ other than by seed are never averaged:
+    the keys that differ go into the row's label, one row per setting. A seed counted twice
+    in a cell is refused (ValueError)."""
     row_key, column_keys = by[0], tuple(by[1:])
-    groups: dict[tuple[str, tuple[str, ...]], list[Run]] = defaultdict(list)
+    grouped: dict[tuple[str, tuple[str, ...]], list[Run]] = defaultdict(list)
     for run in runs:
         column = tuple(GROUPINGS[k](run) for k in column_keys)
-        groups[(GROUPINGS[row_key](run), column)].append(run)
+        grouped[(GROUPINGS[row_key](run), column)].append(run)
+    split_by = differing_keys(list(grouped.values()))
+    groups: dict[tuple[str, tuple[str, ...]], list[Run]] = defaultdict(list)
+    for (row, column), members in grouped.items():
+        for run in members:
+            groups[(f"{row} [{label(run, split_by)}]" if split_by else row, column)].append(run)
+    check_seeds(groups)
     cells = {key: _cell(members, last) for key, members in groups.items()}
     return Table(
         row_key=row_key,
@@ -101,6 +113,7 @@ def build_table(runs: Sequence[Run], by: Sequence[str], last: int = 10) -> Table
         rows=tuple(sorted({r for r, _ in groups})),
         columns=tuple(sorted({c for _, c in groups})),
         cells=cells,
+        split_by=split_by,
     )
 
 
@@ -121,15 +134,15 @@ def column_label(column: tuple[str, ...]) -> str:
 
 
 def format_stat(value: Stat | None, partial: bool) -> str:
-    """Percent with two decimals, ± std over the ``n`` seeds when there are several; † when
-    partial."""
+    """Percent with two decimals, ± std over the ``n`` seeds when there are several, and
+    ``n`` always; † when partial."""
     mark = " †" if partial else ""
     if value is None:
         return "–" + mark
     text = f"{100 * value.mean:.2f}"
     if value.n > 1:
-        text += f" ± {100 * value.std:.2f} (n={value.n})"
-    return text + mark
+        text += f" ± {100 * value.std:.2f}"
+    return f"{text} (n={value.n}){mark}"
 
 
 def format_comm(bytes_per_hop: float) -> str:

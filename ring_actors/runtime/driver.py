@@ -17,9 +17,9 @@ import ray
 import yaml
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-from tqdm import tqdm
 
 from ring_actors.admission import check_memory, client_gb, node_memory
+from ring_actors.capacity import fits, shortfall
 from ring_actors.client.faults import driver_faults_due
 from ring_actors.config import Config, FaultSection, check_backbone_for
 from ring_actors.coordinator.tracking import resolve_tracking_uri
@@ -28,12 +28,15 @@ from ring_actors.data.partition import ClientSplit
 from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.durable import write_atomic
+from ring_actors.plugins.paths import is_plugin_path
 from ring_actors.redact import public_config, redact_uri
+from ring_actors.run_checks import check_new, check_resumable, portable, remove_unstarted
 from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.client_actor import CONCURRENCY_GROUPS, ClientActor
 from ring_actors.runtime.coordinator_actor import Coordinator
 from ring_actors.runtime.launch import LaunchError, Started, settle, start_clients, start_width
+from ring_actors.runtime.progress_bar import RoundProgress, progress_note
 from ring_actors.runtime.ray_transport import CALLEE_DIED
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
@@ -41,6 +44,8 @@ from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
 from ring_actors.timeouts import LaunchTimeouts, Timeouts
 
 log = logging.getLogger(__name__)
+# Ray's notice that a new local cluster uses token authentication, printed by every local run.
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 CLIENT = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(ClientActor)
 SLOT_POOL = ray.remote(SlotPool)
@@ -171,31 +176,14 @@ def _has_room(per_client_gb: float) -> bool:
     return memory is None or memory.usable_gb >= per_client_gb
 
 
-def _demand(config: Config) -> dict[str, float]:
-    """What every client together asks of the cluster; joiners announced by the fault plan
-    start at launch too."""
-    total = config.total_clients
-    return {"CPU": total * config.clients.num_cpus, "GPU": total * config.clients.num_gpus}
-
-
-def _placement_message(config: Config, pending: int) -> str:
-    clients, total, demand = config.clients, config.total_clients, _demand(config)
-    capacity = ray.cluster_resources()
-    return (
-        f"{pending} of {total} client actors could not be placed within "
-        f"clients.start_timeout_s={clients.start_timeout_s:g}: they need "
-        f"{total} x clients.num_cpus={clients.num_cpus:g} = {demand['CPU']:g} CPUs "
-        f"and {total} x clients.num_gpus={clients.num_gpus:g} = {demand['GPU']:g} "
-        f"GPUs; the cluster has {capacity.get('CPU', 0):g} CPUs and {capacity.get('GPU', 0):g} "
-        "GPUs. Lower clients.num_cpus / clients.num_gpus or add nodes."
-    )
+def _placement_message(config: Config, pending: int, waited: bool = True) -> str:
+    return shortfall(config, ray.cluster_resources(), pending, waited)
 
 
 def check_capacity(config: Config) -> None:
     """Refuse at once a run that a fixed-size Ray instance can never fit."""
-    capacity = ray.cluster_resources()
-    if any(need > capacity.get(kind, 0) + 1e-9 for kind, need in _demand(config).items()):
-        raise PlacementError(_placement_message(config, config.total_clients))
+    if not fits(config, ray.cluster_resources()):
+        raise PlacementError(_placement_message(config, config.total_clients, waited=False))
 
 
 def connect_ray(
@@ -214,6 +202,8 @@ def connect_ray(
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     local = {} if address else {"include_dashboard": dashboard}
+    if not address:  # a local Ray keeps its token on this machine: no notice to read
+        logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     env = job_runtime_env(py_modules)
     ray.init(
         address=address, log_to_driver=False, configure_logging=False, runtime_env=env, **local
@@ -224,21 +214,12 @@ def connect_ray(
 def default_output_dir(config: Config) -> Path:
     """``runs/<name>-<algorithm>-<time>``, with a suffix when that run directory exists."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{config.experiment.name}-{config.algorithm.name}-{stamp}"
+    base = Path("runs") / portable(f"{config.experiment.name}-{config.algorithm.name}-{stamp}")
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
-
-
-def check_output_dir(output_dir: Path) -> None:
-    """Refuse a directory that holds another run: its checkpoints would be resumed as ours."""
-    if RunFolder(output_dir).holds_run():
-        raise FileExistsError(
-            f"output dir {output_dir} already holds a run ({RunFolder.COORDINATOR}); "
-            "pass another --output-dir or remove it"
-        )
 
 
 def _load_and_split(config: Config) -> tuple[DatasetArrays, list[ClientSplit]]:
@@ -297,17 +278,33 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
         check_memory(config, node_memory())
     output_dir = (output_dir or default_output_dir(config)).resolve()
     if resume:
-        if not RunFolder(output_dir).holds_run():
-            raise FileNotFoundError(
-                f"{output_dir} holds no run to resume ({RunFolder.COORDINATOR})"
-            )
+        check_resumable(output_dir, config.experiment.rounds)
     else:
-        check_output_dir(output_dir)
+        check_new(output_dir)
+    created = not output_dir.exists()
+    try:
+        return _launch(config, output_dir, resume)
+    except BaseException:
+        if not resume:  # a launch that never started leaves no run folder behind
+            remove_unstarted(output_dir, created)
+        raise
+
+
+def _launch(config: Config, output_dir: Path, resume: bool) -> Experiment:
+    """``launch`` once its output folder is known to be new or resumable."""
+    if not resume:
         output_dir.mkdir(parents=True, exist_ok=True)
         public = public_config(config.to_dict())  # a resume passes a secret URI again
         write_atomic(RunFolder(output_dir).config, yaml.safe_dump(public, sort_keys=False))
     with ThreadPoolExecutor(1) as pool:
+        progress_note(f"loading {config.data.dataset}")
         loading = pool.submit(_load_and_split, config)
+        if is_plugin_path(config.data.dataset):
+            # A loader of one's own tells the images' shape only once it ran: a backbone
+            # that does not fit them stops the run before Ray or any actor starts.
+            loading.result()
+        if not ray.is_initialized():
+            progress_note("starting Ray" if not config.ray.address else "connecting to Ray")
         if connect_ray(config.ray.address, config.ray.dashboard, config.ray.py_modules):
             check_capacity(config)
         coordinator, run_key = _start_coordinator(config, output_dir, resume)
@@ -342,6 +339,7 @@ def launch(config: Config, output_dir: Path | None = None, resume: bool = False)
         resume,
     )
     try:
+        progress_note(f"placing the coordinator and {config.total_clients} client actors")
         started = experiment.create_clients(list(range(config.total_clients)))
         unplaced = started.failures and started.timed_out == set(started.failures)
         if unplaced and (config.clients.on_launch_failure == "stop" or resume):
@@ -380,10 +378,10 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
     config = experiment.config
     timeouts = experiment.timeouts
     silent_since: float | None = None
-    total = config.clients.count * config.experiment.rounds
     applied: set[int] = set()
     printed = 0  # client errors shown so far
-    with tqdm(total=total, desc="client-rounds", unit="rd", disable=not progress) as bar:
+    shown = RoundProgress(config.clients.count * config.experiment.rounds, progress)
+    try:
         while True:
             try:
                 state = ray.get(
@@ -403,34 +401,38 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
                 time.sleep(0.5)
                 continue
             for error in state.errors[printed:]:
-                bar.write(
-                    f"client {error['client']} failed in round {error['round']} "
-                    f"(schedule.on_client_error={config.schedule.on_client_error}):\n"
-                    f"{error['error']}",
-                    file=sys.stderr,
-                )
+                shown.write(client_error_line(experiment, error))
             printed = len(state.errors)
             if state.stopped:
-                bar.write(f"run stopped: {state.stopped}", file=sys.stderr)
+                shown.write(f"run stopped: {state.stopped}")
                 break
             due = driver_faults_due(config.faults, state.round, state.newest, applied)
             for index in due:
                 apply_driver_fault(experiment, config.faults[index])
                 applied.add(index)
-            bar.total = state.rounds_planned or total
-            bar.update(state.rounds_done - bar.n)
-            latest = state.latest
-            if latest:
-                bar.set_postfix(
-                    {k.removesuffix("_mean"): f"{v:.3f}" for k, v in latest.items() if k != "round"}
-                    | {"round": latest["round"]},
-                    refresh=False,
-                )
+            shown.update(state)
             if state.finished:
                 break
             time.sleep(0.5)
-    call = experiment.coordinator.finalize.remote(time.monotonic() - started)
-    return ask(experiment, call, timeouts.finalize_s)
+        call = experiment.coordinator.finalize.remote(time.monotonic() - started)
+        summary = ask(experiment, call, timeouts.finalize_s)
+        shown.finish(summary)
+        return summary
+    finally:
+        shown.close()
+
+
+def client_error_line(experiment: Experiment, error: dict[str, Any]) -> str:
+    """One line for a client's failed round; its traceback goes to ``client_errors.log``."""
+    log_file = RunFolder(experiment.output_dir).path / RunFolder.CLIENT_ERRORS
+    with log_file.open("a") as file:
+        file.write(f"client {error['client']}, round {error['round']}:\n{error['error']}\n")
+    lines = error["error"].strip().splitlines()
+    return (
+        f"client {error['client']} failed in round {error['round']}: "
+        f"{lines[-1] if lines else 'error'} (schedule.on_client_error="
+        f"{experiment.config.schedule.on_client_error}; traceback in {log_file})"
+    )
 
 
 def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:

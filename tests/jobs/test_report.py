@@ -39,10 +39,10 @@ def table_rows(report_md: Path) -> dict[str, list[str]]:
 
 
 def parse_cell(text: str) -> tuple[float, float, int]:
-    """``"74.78 ± 6.64 (n=2) †"`` as (74.78, 6.64, 2)."""
-    mean, rest = text.split(" ± ")
-    std, n = rest.split(" (n=")
-    return float(mean), float(std), int(n.split(")")[0])
+    """``"74.78 ± 6.64 (n=2) †"`` as (74.78, 6.64, 2); ``"74.78 (n=1)"`` as (74.78, 0, 1)."""
+    values, n = text.split(" (n=")
+    mean, _, std = values.partition(" ± ")
+    return float(mean), float(std or 0), int(n.split(")")[0])
 
 
 def last_mean(run_dir: Path, key: str, last: int = 10) -> float:
@@ -75,6 +75,28 @@ def test_the_command_reports_a_folder_of_runs(tmp_path, capsys):
     assert "†" in rows["drdfl"][0] and "(n=3)" in rows["drdfl"][0]
     assert "†" not in rows["dfedavg"][0]
     assert len(list(out.glob("*.png"))) == 6  # one curve figure, five timelines
+
+
+def test_folders_that_are_not_runs_are_listed_with_why(tmp_path, capsys):
+    make_run(tmp_path / "runs" / "done", "drdfl", 0, rounds=3)
+    (tmp_path / "runs" / "never-started").mkdir()
+    (tmp_path / "runs" / "never-started" / "config.yaml").write_text("experiment: {}\n")
+    (tmp_path / "runs" / "notes").mkdir()
+    out = tmp_path / "report"
+    assert report([str(tmp_path / "runs"), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "never-started: config.yaml but no summary.json" in err
+    assert "notes: no summary.json: not a run" in err
+    text = (out / "report.md").read_text()
+    assert "never-started" in text and "notes" in text and "clients" not in text
+
+
+def test_a_duplicated_seed_is_refused_with_exit_2(tmp_path, capsys):
+    make_run(tmp_path / "runs" / "a", "drdfl", 0, rounds=3)
+    make_run(tmp_path / "runs" / "b", "drdfl", 0, rounds=3)
+    assert report([str(tmp_path / "runs"), "--out", str(tmp_path / "r")]) == 2
+    assert "counted twice" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_usage_errors_exit_2_with_the_reason(tmp_path, capsys):
@@ -157,8 +179,13 @@ def test_the_table_holds_the_numbers_of_the_real_runs(real_runs):
         "fashion-mnist shard s=2 Global-T",
         "fashion-mnist shard s=2 # Comm.",
     ]
-    assert set(rows) == {"header", "dfedavg", "drdfl"}
-    cells = {"drdfl": ["drdfl-s0", "drdfl-s1"], "dfedavg": ["dfedavg-s0", "dfedavg-s1", "stopped"]}
+    # The stopped run injected a fault and stops on errors: another setting, its own row.
+    stopped = next(k for k in rows if "schedule.on_client_error=stop" in k)
+    dfedavg = next(k for k in rows if k.startswith("dfedavg [") and k != stopped)
+    drdfl = next(k for k in rows if k.startswith("drdfl ["))
+    assert set(rows) == {"header", dfedavg, drdfl, stopped} and "faults=" in stopped
+    cells = {drdfl: ["drdfl-s0", "drdfl-s1"], dfedavg: ["dfedavg-s0", "dfedavg-s1"]}
+    cells[stopped] = ["stopped"]
     for method, names in cells.items():
         dirs = [root / "runs" / name for name in names]
         for column, key in enumerate(("local_acc", "global_acc")):
@@ -168,13 +195,14 @@ def test_the_table_holds_the_numbers_of_the_real_runs(real_runs):
             assert mean == pytest.approx(np.mean(values), abs=0.0051)  # printed to 2 decimals
             assert std == pytest.approx(np.std(values), abs=0.0051)
         summaries = [json.loads((d / "summary.json").read_text()) for d in dirs]
-        sent = [s["bytes_per_hop"] for s in summaries if s["hops"]]
+        sent = [s["bytes_per_hop"] for s in summaries if s["hops"]] or [0.0]  # none counted
         assert rows[method][2] == f"{np.mean(sent) / 4e6:.2f} M ({np.mean(sent) / 1e6:.2f} MB)"
         # Every client evaluated every round: the summary's own last-10 mean agrees.
         for run_dir, summary in zip(dirs, summaries, strict=True):
             if not summary["stopped"]:
                 assert last_mean(run_dir, "local_acc") == pytest.approx(summary["local_acc_last10"])
-    assert rows["dfedavg"][0].endswith("†") and not rows["drdfl"][0].endswith("†")
+    assert rows[stopped][0].endswith("†")
+    assert not rows[dfedavg][0].endswith("†") and not rows[drdfl][0].endswith("†")
     text = (out / "report.md").read_text()
     assert f"- `{root / 'runs' / 'stopped'}`: stopped: client 0 failed in round 1" in text
     pngs = sorted(p.name for p in out.glob("*.png"))

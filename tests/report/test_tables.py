@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+import yaml
 
 from ring_actors.report.runs import load_run
 from ring_actors.report.tables import (
@@ -121,7 +122,48 @@ def test_by_rejects_unknown_keys():
             parse_by(bad)
 
 
-def test_a_single_run_has_no_spread_to_show():
-    assert format_stat(Stat(0.91234, 0.0, 1), partial=False) == "91.23"
+def test_a_single_run_has_no_spread_to_show_and_says_n():
+    assert format_stat(Stat(0.91234, 0.0, 1), partial=False) == "91.23 (n=1)"
     assert format_stat(Stat(0.5, 0.01, 3), partial=True) == "50.00 ± 1.00 (n=3) †"
     assert format_stat(None, partial=False) == "–"
+
+
+def test_runs_of_two_settings_are_two_rows_never_one_average(tmp_path):
+    make_run(tmp_path / "small-0", "drdfl", 0, clients=2, rounds=2)
+    make_run(tmp_path / "big-0", "drdfl", 0, clients=8, rounds=10)
+    make_run(tmp_path / "big-1", "drdfl", 1, clients=8, rounds=10)
+    runs = [load_run(p) for p in sorted(tmp_path.iterdir())]
+    table = build_table(runs, ["method", "dataset"])
+    assert table.split_by == ("clients.count", "experiment.rounds")
+    assert table.rows == (
+        "drdfl [clients.count=2, experiment.rounds=2]",
+        "drdfl [clients.count=8, experiment.rounds=10]",
+    )
+    column = ("fashion-mnist",)
+    assert table.cells[(table.rows[0], column)].accuracy["local_acc"].n == 1
+    assert table.cells[(table.rows[1], column)].accuracy["local_acc"].n == 2
+    text = render_table(table)
+    assert "(n=1)" in text and "(n=2)" in text
+
+
+def test_a_seed_counted_twice_is_refused_naming_both_folders(tmp_path):
+    make_run(tmp_path / "a", "drdfl", 0)
+    make_run(tmp_path / "copy-of-a", "drdfl", 0)
+    runs = [load_run(p) for p in sorted(tmp_path.iterdir())]
+    with pytest.raises(ValueError, match="seed 0 of one setting is counted twice") as err:
+        build_table(runs, ["method"])
+    assert str(tmp_path / "a") in str(err.value) and "copy-of-a" in str(err.value)
+
+
+def test_where_a_run_ran_and_its_name_do_not_split_a_row(tmp_path):
+    for seed, cpus in ((0, 0.5), (1, 1.0)):
+        make_run(tmp_path / f"r{seed}", "drdfl", seed)
+        path = tmp_path / f"r{seed}" / "config.yaml"
+        config = yaml.safe_load(path.read_text())
+        config["experiment"]["name"] = f"run{seed}"
+        config["clients"]["num_cpus"] = cpus
+        config["ray"] = {"address": f"host{seed}"}
+        path.write_text(yaml.safe_dump(config))
+    runs = [load_run(p) for p in sorted(tmp_path.iterdir())]
+    table = build_table(runs, ["method"])
+    assert table.rows == ("drdfl",) and table.split_by == ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pyarrow.parquet as pq
@@ -15,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Payload
 from ring_actors.models import build_backbone
+from ring_actors.run_checks import RunFolderError
 from ring_actors.runtime.driver import (
     PlacementError,
     check_capacity,
@@ -98,10 +100,26 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
     assert len(client.get_metric_history(run.info.run_id, "client_3/global_acc")) == 3
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"summary.json", "metrics.parquet", "events.parquet", "config.yaml"} <= artifacts
+    # The run's own figures and its means at the end, named to be listed first.
+    assert {"curves.png", "timeline.png"} <= artifacts
+    assert (out / "curves.png").stat().st_size > 10_000
+    logged = run.data.metrics
+    assert logged["Local-T"] == pytest.approx(100 * summary["local_acc"]["mean"])
+    assert logged["Global-T"] == pytest.approx(100 * summary["global_acc"]["mean"])
+    assert logged["Bytes per hop"] == pytest.approx(summary["bytes_per_hop"])
+    assert sorted(logged)[:3] == ["Bytes per hop", "Global-T", "Local-T"]
 
     # A second run into the same directory would resume this one's checkpoints: refused.
-    with pytest.raises(FileExistsError, match="already holds a run"):
+    with pytest.raises(RunFolderError, match="already holds a run"):
         run_experiment(config, out, progress=False)
+
+
+def test_a_plug_in_methods_run_folder_has_a_portable_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = small_config(tmp_path, "algorithm.name=examples.fedprox:FedProx")
+    name = default_output_dir(config).name
+    assert name.startswith("test-examples.fedprox-FedProx-")
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", name), name
 
 
 def test_default_output_dirs_never_collide(tmp_path, monkeypatch):
@@ -153,6 +171,7 @@ def test_clients_that_cannot_all_be_placed_fail_the_launch_and_leave_nothing(ray
         check_capacity(config)
     with pytest.raises(PlacementError, match="[1-5] of 5 client actors could not be placed"):
         launch(config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # a launch that never started leaves no folder
     deadline = time.monotonic() + 30
     while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)  # the killed actors hand their CPUs back
@@ -335,7 +354,9 @@ def test_a_method_that_raises_is_dropped_and_the_ring_heals(ray_local, tmp_path,
     assert summary["ring_order"] == [0, 2] and summary["rounds_completed"] == 4
     assert summary["events"]["lost_payloads"] == 0
     printed = capsys.readouterr().err
-    assert "client 1 failed in round 1" in printed and "InjectedError" in printed  # traceback
+    assert "client 1 failed in round 1" in printed and "InjectedError" in printed
+    assert "Traceback" not in printed  # one line; the traceback is in the run's folder
+    assert "Traceback" in (tmp_path / "out" / "client_errors.log").read_text()
 
 
 def test_a_method_that_raises_stops_the_run_when_asked(ray_local, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import ray
 import torch
 
+from ring_actors.run_checks import RunFolderError
 from ring_actors.runtime.driver import launch, run_experiment, shutdown
 from tests.conftest import needs_data, small_config
 
@@ -76,5 +77,5 @@ def test_a_run_whose_driver_died_resumes_to_the_same_result(ray_local, tmp_path)
 
 
 def test_resuming_a_directory_without_a_run_is_refused(ray_local, tmp_path):
-    with pytest.raises(FileNotFoundError, match="no run to resume"):
+    with pytest.raises(RunFolderError, match="no run to resume"):
         launch(small_config(tmp_path, *SETTING), tmp_path / "empty", resume=True)
