@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from jobs.run_setting import setting_keys
+from ring_actors.run_setting import METHOD, setting_keys
 
 
 def read_runs(folder: Path) -> list[dict[str, Any]]:
@@ -43,7 +43,7 @@ def read_runs(folder: Path) -> list[dict[str, Any]]:
                 "folder": summary_file.parent.name,
                 "method": config["algorithm"]["name"],
                 "seed": config["experiment"]["seed"],
-                "setting": setting_keys(config),
+                "setting": setting_keys(config, METHOD),
                 "local_acc": summary["local_acc"]["mean"],
                 "global_acc": summary["global_acc"]["mean"],
                 "rounds_completed": summary["rounds_completed"],

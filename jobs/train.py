@@ -10,10 +10,10 @@ from typing import Any
 
 import yaml
 
-from jobs.run_setting import resolved_setting, setting_keys
 from ring_actors.config import Config, ConfigError, load_config
 from ring_actors.run_checks import RunFolderError, resume_config
 from ring_actors.run_folder import RunFolder
+from ring_actors.run_setting import METHOD, resolved_setting, setting_keys
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "quickstart.yaml"
 
@@ -78,7 +78,7 @@ def _against_local(summary: dict[str, Any], path: Path) -> list[str]:
 
     if reference is None or config is None or "local" not in reference["methods"]:
         return [f"vs local: no reference for this setting ({path} has none)"]
-    if setting_keys(config) != resolved_setting(reference["config"]):
+    if setting_keys(config, METHOD) != resolved_setting(reference["config"], METHOD):
         return [f"vs local: no reference for this setting (the one in {path} is for another)"]
     ref = reference["methods"]["local"]
     run_local, run_global = summary["local_acc"]["mean"], summary["global_acc"]["mean"]

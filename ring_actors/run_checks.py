@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ring_actors.config import Config, load_config
 from ring_actors.run_folder import RunFolder
+from ring_actors.run_setting import flatten
 
 CHECKPOINT = RunFolder.COORDINATOR  # the coordinator's checkpoint: the mark of a run
 SUMMARY = RunFolder.SUMMARY
@@ -73,7 +74,7 @@ def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:
         check_resumable(run_dir, 0)  # names what is missing
     saved = load_config(run_dir / "config.yaml")
     wanted = load_config(run_dir / "config.yaml", overrides)
-    before, after = _flat(saved.to_dict()), _flat(wanted.to_dict())
+    before, after = flatten(saved.to_dict()), flatten(wanted.to_dict())
     changed = [
         key
         for key in sorted(before.keys() | after.keys())
@@ -87,16 +88,6 @@ def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:
         )
     check_resumable(run_dir, wanted.experiment.rounds)
     return wanted
-
-
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 # What a launch writes before its run starts: removed again when the launch fails.

@@ -11,31 +11,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ring_actors.report.runs import Run
-
-# Keys that say where or how a run ran, or what it is called, not what it computed.
-NOT_SETTING = (
-    "experiment.seed",
-    "experiment.name",
-    "data.root",
-    "data.download",
-    "clients.num_cpus",
-    "clients.num_gpus",
-    "clients.concurrency",
-    "clients.slots_per_gpu",
-    "clients.placement",
-    "clients.start_timeout_s",
-    "tracking.",
-    "ray.",
-)
+from ring_actors.run_setting import setting_keys
 
 
 def setting(run: Run) -> dict[str, str]:
-    """The run's config as dotted keys (values as text), less ``NOT_SETTING``."""
-    return {key: value for key, value in _flat(run.config).items() if not _ignored(key)}
+    """The run's setting as dotted keys, values as text."""
+    return {key: _text(value) for key, value in setting_keys(run.config).items()}
 
 
-def _ignored(key: str) -> bool:
-    return any(key == name or (name.endswith(".") and key.startswith(name)) for name in NOT_SETTING)
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def differing_keys(groups: Sequence[Sequence[Run]]) -> tuple[str, ...]:
@@ -68,14 +53,3 @@ def check_seeds(cells: Mapping[Any, Sequence[Run]]) -> None:
                     f"seed {seed} of one setting is counted twice ({folders}); report one "
                     "of them (remove the copy, or name the folders to report)"
                 )
-
-
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    flat: dict[str, str] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-            flat[f"{prefix}{key}"] = text
-    return flat

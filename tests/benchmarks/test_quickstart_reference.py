@@ -5,21 +5,23 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.quickstart_reference import reference
-from jobs.run_setting import setting_keys
 from jobs.train import DEFAULT_CONFIG
 from ring_actors.config import load_config
+from ring_actors.run_setting import METHOD, setting_keys
 
 
 def run(method, seed, global_acc, **setting):
-    keys = {**setting_keys(load_config(DEFAULT_CONFIG).to_dict()), **setting}
+    keys = {**setting_keys(load_config(DEFAULT_CONFIG).to_dict(), METHOD), **setting}
     return {"method": method, "seed": seed, "setting": keys, "local_acc": 0.8,
             "global_acc": global_acc}  # fmt: skip
 
 
 def test_the_setting_leaves_out_method_seed_and_tracking_but_keeps_the_faults():
     config = load_config(DEFAULT_CONFIG, ["experiment.seed=3", "tracking.uri=sqlite:///x.db"])
-    keys = setting_keys(config.to_dict())
-    assert keys == setting_keys(load_config(DEFAULT_CONFIG, ["algorithm.name=local"]).to_dict())
+    keys = setting_keys(config.to_dict(), METHOD)
+    assert keys == setting_keys(
+        load_config(DEFAULT_CONFIG, ["algorithm.name=local"]).to_dict(), METHOD
+    )
     assert not [k for k in keys if k.startswith(("algorithm.", "tracking.", "experiment.seed"))]
     assert keys["faults"] == config.to_dict()["faults"] and keys["schedule.mode"] == "async"
 

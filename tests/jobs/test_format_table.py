@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from benchmarks.fidelity import Setting, baseline
-from jobs.run_setting import resolved_setting, setting_keys
 from jobs.train import DEFAULT_CONFIG, format_table
 from ring_actors.config import load_config
+from ring_actors.run_setting import METHOD, resolved_setting, setting_keys
 
 QUICKSTART_BASELINE = DEFAULT_CONFIG.with_suffix(".baseline.json")
 
@@ -47,7 +47,9 @@ def reference_for(tmp_path: Path, setting: Setting) -> Path:
         fake_run("fedavg:lr=0.1", 0.10, 0.10),  # options: not a reference for the defaults
     ]
     record = baseline(runs, setting, [0, 1], "python -m benchmarks.fidelity --x")
-    record["config"] = setting_keys(load_config(DEFAULT_CONFIG).to_dict())  # the quickstart's
+    record["config"] = setting_keys(
+        load_config(DEFAULT_CONFIG).to_dict(), METHOD
+    )  # the quickstart's
     path = tmp_path / "ref.baseline.json"
     path.write_text(json.dumps(record))
     return path
@@ -118,7 +120,7 @@ def test_the_recorded_quickstart_reference_fits_the_quickstart():
     """Editing quickstart.yaml without re-recording its reference fails here."""
     recorded = json.loads(QUICKSTART_BASELINE.read_text())
     config = load_config(DEFAULT_CONFIG).to_dict()
-    assert resolved_setting(recorded["config"]) == setting_keys(config)
+    assert resolved_setting(recorded["config"], METHOD) == setting_keys(config, METHOD)
     assert {"faults", "schedule.mode", "data.dataset"} <= recorded["config"].keys()
     assert len(recorded["seeds"]) >= 3
     for method in ("local", config["algorithm"]["name"]):
