@@ -150,7 +150,8 @@ def _train(config: Config, args: argparse.Namespace) -> int:
     from jobs.run_story import tell
     from ring_actors.admission import AdmissionError
     from ring_actors.data.sources import DatasetError, DatasetUnavailable
-    from ring_actors.runtime.driver import CoordinatorLost, run_experiment  # Ray: a valid config
+    from ring_actors.runtime.driver import run_experiment  # Ray: a valid config
+    from ring_actors.runtime.follow import CoordinatorLost
     from ring_actors.runtime.launch import LaunchError
 
     output_dir = args.resume or args.output_dir

@@ -15,13 +15,11 @@ from typing import Any
 
 import ray
 import yaml
-from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ring_actors.admission import check_memory, client_gb, node_memory
 from ring_actors.capacity import fits, shortfall
-from ring_actors.client.faults import driver_faults_due
-from ring_actors.config import Config, FaultSection, check_backbone_for
+from ring_actors.config import Config, check_backbone_for
 from ring_actors.coordinator.tracking import resolve_tracking_uri
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
@@ -35,9 +33,9 @@ from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.client_actor import CONCURRENCY_GROUPS, ClientActor
 from ring_actors.runtime.coordinator_actor import Coordinator
+from ring_actors.runtime.follow import ask, wait_and_finalize
 from ring_actors.runtime.launch import LaunchError, Started, settle, start_clients, start_width
-from ring_actors.runtime.progress_bar import RoundProgress, progress_note
-from ring_actors.runtime.ray_transport import CALLEE_DIED
+from ring_actors.runtime.progress_bar import progress_note
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
 from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
@@ -151,23 +149,6 @@ class Experiment:
 
 class PlacementError(LaunchError):
     """The cluster cannot host every client the config asks for."""
-
-
-class CoordinatorLost(RuntimeError):
-    """The coordinator did not answer within its bound: the run ends without it (the
-    outputs it wrote last stay in the output directory, marked partial)."""
-
-
-def ask(experiment: Experiment, call: ray.ObjectRef, wait_s: float) -> Any:
-    """A driver's wait for one coordinator call, never longer than ``wait_s``."""
-    try:
-        return ray.get(call, timeout=wait_s)
-    except GetTimeoutError as err:
-        raise CoordinatorLost(
-            f"the coordinator did not answer within {wait_s:g} s "
-            f"(derived from schedule.hop_timeout_s={experiment.config.schedule.hop_timeout_s:g}); "
-            f"outputs so far in {experiment.output_dir}"
-        ) from err
 
 
 def _has_room(per_client_gb: float) -> bool:
@@ -366,86 +347,6 @@ def _launch(config: Config, output_dir: Path, resume: bool) -> Experiment:
         shutdown(experiment)  # nothing of a run that could not start stays on the cluster
         raise
     return experiment
-
-
-def wait_and_finalize(experiment: Experiment, started: float, progress: bool) -> dict[str, Any]:
-    """Follow progress (applying the fault plan's driver-side entries) until all are done.
-
-    A coordinator that does not answer is being restarted by Ray; one that stays silent
-    past ``coordinator_back_s`` never comes back (its node is gone, or its constructor
-    raises): :class:`CoordinatorLost` ends the run.
-    """
-    config = experiment.config
-    timeouts = experiment.timeouts
-    silent_since: float | None = None
-    applied: set[int] = set()
-    printed = 0  # client errors shown so far
-    shown = RoundProgress(config.clients.count * config.experiment.rounds, progress)
-    try:
-        while True:
-            try:
-                state = ray.get(
-                    experiment.coordinator.progress.remote(), timeout=timeouts.control_s
-                )
-                silent_since = None
-            except (*CALLEE_DIED, GetTimeoutError) as err:  # being restarted: ask again
-                now = time.monotonic()
-                silent_since = now if silent_since is None else silent_since
-                if now - silent_since > timeouts.coordinator_back_s:
-                    raise CoordinatorLost(
-                        f"the coordinator has not answered for {now - silent_since:.0f} s "
-                        f"(bound {timeouts.coordinator_back_s:g} s, 10 x "
-                        f"schedule.hop_timeout_s): {type(err).__name__}; outputs so far in "
-                        f"{experiment.output_dir}"
-                    ) from err
-                time.sleep(0.5)
-                continue
-            for error in state.errors[printed:]:
-                shown.write(client_error_line(experiment, error))
-            printed = len(state.errors)
-            if state.stopped:
-                shown.write(f"run stopped: {state.stopped}")
-                break
-            due = driver_faults_due(config.faults, state.round, state.newest, applied)
-            for index in due:
-                apply_driver_fault(experiment, config.faults[index])
-                applied.add(index)
-            shown.update(state)
-            if state.finished:
-                break
-            time.sleep(0.5)
-        call = experiment.coordinator.finalize.remote(time.monotonic() - started)
-        summary = ask(experiment, call, timeouts.finalize_s)
-        shown.finish(summary)
-        return summary
-    finally:
-        shown.close()
-
-
-def client_error_line(experiment: Experiment, error: dict[str, Any]) -> str:
-    """One line for a client's failed round; its traceback goes to ``client_errors.log``."""
-    log_file = RunFolder(experiment.output_dir).path / RunFolder.CLIENT_ERRORS
-    with log_file.open("a") as file:
-        file.write(f"client {error['client']}, round {error['round']}:\n{error['error']}\n")
-    lines = error["error"].strip().splitlines()
-    return (
-        f"client {error['client']} failed in round {error['round']}: "
-        f"{lines[-1] if lines else 'error'} (schedule.on_client_error="
-        f"{experiment.config.schedule.on_client_error}; traceback in {log_file})"
-    )
-
-
-def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
-    """The fault-plan entries the driver carries out: joins and kills of actors it holds."""
-    if entry.join:
-        experiment.join(entry.join, first_round=entry.at_round)
-    if entry.kill_coordinator:
-        ray.kill(experiment.coordinator, no_restart=False)
-    if entry.kill_node:
-        nodes = {experiment.placement[c]["node_id"] for c in entry.kill_node}
-        doomed = [c for c, facts in experiment.placement.items() if facts["node_id"] in nodes]
-        for client_id in doomed:
-            ray.kill(experiment.clients[client_id], no_restart=True)
 
 
 def describe_launch(experiment: Experiment) -> str:

@@ -10,7 +10,8 @@ import ray
 import yaml
 
 from jobs.train import main as train_main
-from ring_actors.runtime.driver import CoordinatorLost, launch, shutdown, wait_and_finalize
+from ring_actors.runtime.driver import launch, shutdown
+from ring_actors.runtime.follow import CoordinatorLost, wait_and_finalize
 from tests.conftest import needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
