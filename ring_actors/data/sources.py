@@ -6,22 +6,25 @@ contract: ``ring_actors.plugins.paths``); what it returns is checked here.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import pickle
-import tarfile
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
+from ring_actors.data.formats import (
+    Splits,
+    read_cifar_archive,
+    read_cifar_dir,
+    read_idx_set,
+    read_svhn,
+)
 from ring_actors.plugins.paths import PluginError, is_plugin_path, resolve_dataset
 
 DATASETS = ("mnist", "fashion-mnist", "fashion-mnist-sample", "cifar10", "cifar100", "svhn")
@@ -32,8 +35,6 @@ SAMPLE_DIR = Path(__file__).parent / "fashion_mnist_sample"
 
 # Bumped whenever the decoders change, so stale .npz caches are ignored.
 _CACHE_FORMAT = 1
-
-Splits = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class DatasetUnavailable(FileNotFoundError):
@@ -113,83 +114,6 @@ def resolve_root(root: str | os.PathLike | None) -> Path:
     return _user_cache_dir() / "ring-actors" / "data"
 
 
-# ---------------------------------------------------------------- decoders
-
-
-def _read_idx(path: Path) -> np.ndarray:
-    """An idx file (optionally gzip'd): big-endian header magic (0, 0, dtype, ndim), then dims."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
-        raise ValueError(f"{path} is not a uint8 idx file")
-    ndim = data[3]
-    dims = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
-    offset = 4 + 4 * ndim
-    if len(data) - offset != int(np.prod(dims)):
-        raise ValueError(f"{path}: header says {dims} but holds {len(data) - offset} bytes")
-    return np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
-
-
-def _read_idx_set(paths: list[Path]) -> Splits:
-    train_x, train_y, test_x, test_y = (_read_idx(p) for p in paths)
-    return train_x[:, None], train_y, test_x[:, None], test_y
-
-
-def _cifar_arrays(batches: Sequence[dict], label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
-    x = np.concatenate([np.asarray(b[b"data"], dtype=np.uint8) for b in batches])
-    y = np.concatenate([np.asarray(b[label_key]) for b in batches])
-    return x.reshape(-1, 3, 32, 32), y
-
-
-def _load_pickle(f: IO[bytes]) -> dict:
-    return pickle.load(f, encoding="bytes")
-
-
-def _read_cifar_dir(paths: list[Path], label_key: bytes) -> Splits:
-    """CIFAR pickles; the last path is the test batch, the others train batches in order."""
-    batches = []
-    for p in paths:
-        with open(p, "rb") as f:
-            batches.append(_load_pickle(f))
-    return (*_cifar_arrays(batches[:-1], label_key), *_cifar_arrays(batches[-1:], label_key))
-
-
-def _read_cifar_archive(
-    paths: list[Path], folder: str, train: tuple[str, ...], test: str, label_key: bytes
-) -> Splits:
-    """CIFAR pickles streamed from a .tar.gz/.tar.xz without extracting it to disk."""
-    wanted = {f"{folder}/{name}" for name in (*train, test)}
-    found: dict[str, dict] = {}
-    with tarfile.open(paths[0], "r:*") as tar:
-        for member in tar:
-            if member.isfile() and member.name in wanted:
-                found[member.name] = _load_pickle(tar.extractfile(member))
-    missing = sorted(wanted - found.keys())
-    if missing:
-        raise ValueError(f"{paths[0]} lacks {', '.join(missing)}")
-    return (
-        *_cifar_arrays([found[f"{folder}/{n}"] for n in train], label_key),
-        *_cifar_arrays([found[f"{folder}/{test}"]], label_key),
-    )
-
-
-def _read_svhn(paths: list[Path]) -> Splits:
-    """SVHN .mat files: X is (32, 32, 3, N), y is (N, 1) with label 10 for digit 0."""
-    from scipy.io import loadmat  # scipy is needed for SVHN only
-
-    out = []
-    for p in paths:
-        mat = loadmat(p)
-        x = np.ascontiguousarray(np.transpose(mat["X"], (3, 2, 0, 1)), dtype=np.uint8)
-        y = np.asarray(mat["y"]).reshape(-1).astype(np.int64)
-        out += [x, np.where(y == 10, 0, y)]
-    return tuple(out)
-
-
-# ---------------------------------------------------------------- layouts
-
-
 def _idx_layouts(*folders: str) -> tuple[_Layout, ...]:
     """The four idx files, plain or gzip'd, in each of ``folders``."""
     names = (
@@ -199,7 +123,7 @@ def _idx_layouts(*folders: str) -> tuple[_Layout, ...]:
         "t10k-labels-idx1-ubyte",
     )
     return tuple(
-        _Layout(folder, tuple(n + ext for n in names), _read_idx_set)
+        _Layout(folder, tuple(n + ext for n in names), read_idx_set)
         for folder in folders
         for ext in ("", ".gz")
     )
@@ -214,9 +138,9 @@ def _cifar_layouts(
     label_key: bytes,
 ) -> tuple[_Layout, ...]:
     """Extracted pickle folder (project or torchvision place), then the archive in either place."""
-    read_dir = partial(_read_cifar_dir, label_key=label_key)
+    read_dir = partial(read_cifar_dir, label_key=label_key)
     read_archive = partial(
-        _read_cifar_archive, folder=folder, train=train, test=test, label_key=label_key
+        read_cifar_archive, folder=folder, train=train, test=test, label_key=label_key
     )
     return (
         *(_Layout(d, (*train, test), read_dir) for d in (f"{project}/{folder}", folder)),
@@ -266,7 +190,7 @@ _SPECS: dict[str, _Spec] = {
         10,
         (0.4377, 0.4438, 0.4728),
         (0.1980, 0.2010, 0.1970),
-        tuple(_Layout(d, ("train_32x32.mat", "test_32x32.mat"), _read_svhn) for d in ("svhn", "")),
+        tuple(_Layout(d, ("train_32x32.mat", "test_32x32.mat"), read_svhn) for d in ("svhn", "")),
     ),
 }
 
