@@ -7,7 +7,8 @@ plain PyTorch loop that trains the same clients one after another in one process
 The workload on both sides: CIFAR-10, an IID partition capped at ``--samples`` training images
 per client, FedAvg's whole-model average (``algorithm.name=fedavg``) of the chosen backbone
 (the paper cells' ResNet-18, or the small CNN), SGD with momentum 0.9, batch 64, one local
-epoch per round. Plain keeps every client's model, optimiser and data on the GPU (what a
+epoch per round, each client evaluated on its local test split after every round (the ring
+also on 64 Global-T images). Plain keeps every client's model, optimiser and data on the GPU (what a
 simulation loop such as PFLlib's does) and trains them in turn; the ring runs them as actors
 with ``clients.num_gpus = 1/N``, the slot pool letting ``slots_per_gpu`` compute at once, and
 each idle client's optimiser state on the host (``clients.offload_idle``).
@@ -69,7 +70,7 @@ def overrides(spec: dict[str, Any]) -> list[str]:
         "data.download=false",
         "data.partition.kind=iid",
         f"data.max_train_per_client={spec['samples']}",
-        f"eval.every={spec['rounds']}",  # the last round only: training is what is timed
+        "eval.every=1",  # a round's report (and its time) comes with its evaluation
         "eval.global_max_samples=64",
         f"tracking.uri=sqlite:///{spec['work']}/mlflow.db",
     ]
@@ -131,11 +132,13 @@ def side_plain(spec: dict[str, Any]) -> dict[str, Any]:
     clients = []
     for c in range(spec["clients"]):
         algorithm = build_algorithm(config, c, dataset.num_classes, dataset.input_shape, device)
-        clients.append((algorithm, client_data(dataset, splits[c], empty, device).train))
+        data = client_data(dataset, splits[c], empty, device)
+        clients.append((algorithm, data.train, data.local_test))
     start, ends = time.monotonic(), []
     for _ in range(spec["rounds"]):
-        for algorithm, train in clients:
+        for algorithm, train, test in clients:
             algorithm.train_round(train)
+            algorithm.evaluate(test)
         if spec["cuda"]:
             torch.cuda.synchronize()
         ends.append(time.monotonic())
