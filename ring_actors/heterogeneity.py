@@ -41,10 +41,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.transport import ClientHandle, Pending
+
+if TYPE_CHECKING:  # the coordinator reads this module's config section without torch
+    from ring_actors.delivery.payloads import Payload
 
 DISTRIBUTIONS = ("none", "lognormal")
 OFFLINE_HORIZON_S = 7 * 24 * 3600.0  # drawn availability is generated up to this far
@@ -407,6 +409,8 @@ class _Answer:
 
     def _arrival(self, answer: Any) -> float:
         if self.arrives is None:
+            from ring_actors.delivery.payloads import Payload  # a client's path only
+
             nbytes = answer.nbytes if isinstance(answer, Payload) else 0
             self.arrives = time.monotonic() + self.model.hop_s(self.sender, self.receiver, nbytes)
         return self.arrives

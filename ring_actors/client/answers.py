@@ -12,15 +12,17 @@ from pathlib import Path
 import torch
 
 from ring_actors.algorithms import Algorithm
+from ring_actors.client.idle import idle_facts
 from ring_actors.client.resources import ClientData
 from ring_actors.client.ring_lap import LapResult, RingLaps, is_lap
 from ring_actors.config import Config
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.inbox import Inbox
+from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.outbox import Outbox
 from ring_actors.delivery.payload_checks import Bounds, TensorSpec, check_tensors, expected_for
-from ring_actors.delivery.payloads import Channel, JournalEntry, Payload, PayloadError
+from ring_actors.delivery.payloads import Channel, Payload, PayloadError
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ClientHandle, ControlLink
 from ring_actors.heterogeneity import Heterogeneity
@@ -203,6 +205,7 @@ class PeerAnswers:
             "rejected": self.rejected,
             "hops": self.outbox.hops,
             "bytes_sent": self.outbox.bytes_acked,
+            **idle_facts(self.algorithm, self.device),
         }
 
     def _reject(self, reason: str) -> bool:

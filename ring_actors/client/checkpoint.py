@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions
-from ring_actors.delivery.payloads import Channel, JournalEntry, Payload
+from ring_actors.delivery.journal import JournalEntry
+from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.durable import write_atomic
 from ring_actors.run_folder import CheckpointError
 

@@ -24,12 +24,14 @@ from ring_actors.client.answers import PeerAnswers
 from ring_actors.client.checkpoint import Checkpointing
 from ring_actors.client.exchange import Exchange, NonFiniteError
 from ring_actors.client.faults import FaultActions, slow_delay, strike
+from ring_actors.client.idle import IdleRelease, accelerator_memory, offloads
 from ring_actors.client.resources import ClientData, SlotHolder, Ungated
 from ring_actors.client.ring_lap import LapResult, RingLaps, lap_checksum
 from ring_actors.config import Config
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.inbox import Inbox
+from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.outbox import Outbox
 from ring_actors.delivery.payload_checks import (
     Bounds,
@@ -39,7 +41,6 @@ from ring_actors.delivery.payload_checks import (
 )
 from ring_actors.delivery.payloads import (
     Channel,
-    JournalEntry,
     Payload,
     all_finite,
     detach_to_cpu,
@@ -81,7 +82,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         self.device = algorithm.device
         self.data = data
         self.control = control
-        self.slots = slots or Ungated()
+        offload = offloads(config.clients.offload_idle, self.device)
+        self.slots = IdleRelease(slots or Ungated(), lambda: self.algorithm, self.device, offload)
         self.faults = faults
         self.checkpoint_path = checkpoint_path
         self.timeouts = Timeouts.from_schedule(config.schedule)
@@ -132,6 +134,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         self.started_at = time.monotonic()  # the clock of availability, budget and marks
         self.next_mark_s = config.eval.every_s or math.inf
         self.gather_wait_s = 0.0
+        self.slots.release()  # what building the method cached is not kept while waiting
 
     def start(self, first_round: int = 0, joining: bool = False) -> None:
         """Start the round loop on its own thread and return at once.
@@ -307,6 +310,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
             samples=float(len(self.data.train)),
             bytes_sent=float(self.outbox.bytes_dispatched - bytes_before),
             peak_rss_mb=peak_rss_mb(),
+            **accelerator_memory(self.device),
         )
         if delay:
             metrics["slow_delay_s"] = delay

@@ -3,34 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ring_actors.algorithms import Algorithm
 from ring_actors.config.checks import ConfigError, check
 from ring_actors.config.coercion import build_section, parse_override
 from ring_actors.config.sections import AlgorithmSection, Config
 from ring_actors.data.sources import dataset_facts
-from ring_actors.plugins.methods import known_names, resolve_algorithm
 from ring_actors.plugins.paths import (
     PluginError,
     build_plugin_backbone,
     is_plugin_path,
 )
 
+if TYPE_CHECKING:  # the methods (and torch) are imported where a method is resolved
+    from ring_actors.algorithms import Algorithm
+
 
 def method_sections(data: Mapping[Any, Any], chosen: str) -> dict[str, Any]:
     """The keys under ``algorithm`` that are a method's own section rather than an option."""
+    from ring_actors.plugins.methods import known_names
+
     methods = {*known_names(), chosen}
     return {k: v for k, v in data.items() if isinstance(k, str) and (k in methods or ":" in k)}
 
 
 def method_choices() -> str:
+    from ring_actors.plugins.methods import known_names
+
     return f"one of {', '.join(known_names())}, or module:Class of your own method"
 
 
 def resolve_method(name: str, key: str) -> type[Algorithm]:
+    from ring_actors.plugins.methods import resolve_algorithm
+
     try:
         return resolve_algorithm(name)
     except PluginError as err:
@@ -47,7 +52,7 @@ def build_algorithm_section(data: Mapping[str, Any]) -> AlgorithmSection:
     check(isinstance(data, Mapping), "algorithm", "a mapping of keys")
     name = data.get("name", AlgorithmSection.name)
     check(isinstance(name, str), "algorithm.name", method_choices(), name)
-    method = resolve_method(name, "algorithm.name")
+    resolve_method(name, "algorithm.name")
     sections = method_sections(data, name)
     for other, section in sections.items():
         key = f"algorithm.{other}"
@@ -55,7 +60,7 @@ def build_algorithm_section(data: Mapping[str, Any]) -> AlgorithmSection:
         build_section(resolve_method(other, key).Options, section, key)
     own = {k: v for k, v in data.items() if k != "name" and k not in sections}
     own.update(sections.get(name, {}))
-    return AlgorithmSection(name=name, options=build_section(method.Options, own, "algorithm"))
+    return AlgorithmSection(name=name, values=own)
 
 
 def try_plugin_backbone(config: Config) -> None:
@@ -73,6 +78,8 @@ def check_backbone_for(config: Config, input_shape: tuple[int, int, int], num_cl
     backbone = getattr(config.algorithm.options, "backbone", None)
     if not is_plugin_path(backbone):
         return
+    import torch
+
     with torch.random.fork_rng(devices=[]):  # checking leaves the global RNG alone
         try:
             build_plugin_backbone(backbone, input_shape, num_classes)

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ring_actors.algorithms import AlgorithmOptions
 from ring_actors.config.checks import ConfigError, check, is_path_component
 from ring_actors.data.sources import DATASETS
 from ring_actors.heterogeneity import HeterogeneitySection
-from ring_actors.plugins.methods import resolve_algorithm
 from ring_actors.plugins.paths import (
     PluginError,
     is_plugin_path,
     resolve_dataset,
 )
 from topologies import TOPOLOGIES
+
+if TYPE_CHECKING:  # the methods (and torch) are imported where options are read, not here
+    from ring_actors.algorithms import AlgorithmOptions
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,9 @@ class ClientsSection:
     # clients; an int sets it per node. Torch threads per client: the node's cores / slots.
     concurrency: int | Literal["auto"] = "auto"
     slots_per_gpu: int = 2
+    # A client that gives its slot back moves its optimiser state to host memory until it
+    # next computes (``auto``: on a GPU only); its allocator's cache is returned either way.
+    offload_idle: bool | Literal["auto"] = "auto"
     # How a newcomer (a joiner, or a restarted client without a checkpoint) starts: from its
     # predecessor's hand-off through the method's ``init_from``, as the papers do, or
     # ``fresh``, the ablation that shows what the hand-off is worth.
@@ -143,20 +149,40 @@ class ClientsSection:
 DEFAULT_METHOD = "drdfl"
 
 
-def _default_options() -> AlgorithmOptions:
-    """The default method's own defaults, found by name like any other method's."""
-    return resolve_algorithm(DEFAULT_METHOD).Options()
-
-
 @dataclass(frozen=True)
 class AlgorithmSection:
-    """``name`` picks the method; every other key is one of that method's options."""
+    """``name`` picks the method; every other key is one of that method's options.
+
+    The options travel as plain data (``values``, every option given or defaulted) and are
+    rebuilt as the method's options class where they are read: the coordinator and the slot
+    pools, which never read them, never import the method's module, nor torch.
+    """
 
     name: str = DEFAULT_METHOD
-    options: AlgorithmOptions = field(default_factory=_default_options)
+    values: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        options = self._build()  # checked where the section is made (the driver)
+        object.__setattr__(self, "values", dataclasses.asdict(options))
+        self.__dict__["options"] = options  # built already: the first read costs nothing
+
+    @functools.cached_property
+    def options(self) -> AlgorithmOptions:
+        """The method's options object (importing the method, on first read in a process)."""
+        return self._build()
+
+    def _build(self) -> AlgorithmOptions:
+        from ring_actors.config.coercion import build_section
+        from ring_actors.config.methods import resolve_method
+
+        method = resolve_method(self.name, "algorithm.name")
+        return build_section(method.Options, self.values, "algorithm")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"name": self.name, "values": self.values}  # never the options object
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **dataclasses.asdict(self.options)}
+        return {"name": self.name, **self.values}
 
 
 @dataclass(frozen=True)

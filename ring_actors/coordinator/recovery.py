@@ -12,7 +12,7 @@ from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
 from ring_actors.coordinator.state import CoordinatorState
 from ring_actors.delivery.events import EventKind
-from ring_actors.delivery.payloads import JournalEntry
+from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.transport import Pending
 
 RECORD_EVERY_S = 0.5  # the record is rewritten at most this often, unforced

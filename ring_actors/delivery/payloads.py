@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -165,26 +163,6 @@ class Payload:
         """The same payload with its tensors on ``device``."""
         moved = {k: v.to(device, non_blocking=True) for k, v in self.tensors.items()}
         return replace(self, tensors=moved)
-
-
-@dataclass(frozen=True)
-class JournalEntry:
-    """A report a client sent the coordinator, kept so a restarted coordinator can replay it.
-
-    ``round``: the metrics of a finished round. ``done``: the end counters (lost payloads,
-    acknowledged hops, bytes sent) in ``metrics``.
-    """
-
-    kind: Literal["round", "done"]
-    round: int
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, record: Mapping) -> JournalEntry:
-        return cls(record["kind"], int(record["round"]), dict(record["metrics"]))
 
 
 def _count(value: object) -> bool:

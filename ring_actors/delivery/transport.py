@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.events import EventKind
-from ring_actors.delivery.payloads import Payload
+
+if TYPE_CHECKING:  # the coordinator and the slot pools never import torch
+    from ring_actors.delivery.payloads import Payload
 
 T = TypeVar("T", covariant=True)
 

@@ -29,9 +29,11 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # imported where a backbone is built: the control plane never needs torch
+    import torch
+    from torch import nn
 
 
 class PluginError(ValueError):
@@ -80,6 +82,8 @@ def _callable_as(path: str, found: Callable, args: tuple, contract: str) -> None
 
 def resolve_backbone(path: str) -> type[nn.Module]:
     """The backbone class ``path`` names, checked as far as it can be without building it."""
+    from torch import nn
+
     found = import_path(path)
     if not (isinstance(found, type) and issubclass(found, nn.Module)):
         raise PluginError(f"{path!r} is not a subclass of torch.nn.Module")
@@ -107,6 +111,9 @@ def check_backbone(
     path: str, model: nn.Module, input_shape: tuple[int, int, int], num_classes: int
 ) -> None:
     """Raise PluginError unless ``model`` has the parts and shapes the methods rely on."""
+    import torch
+    from torch import nn
+
     body, head = getattr(model, "body", None), getattr(model, "head", None)
     dim = getattr(model, "feature_dim", None)
     if not isinstance(body, nn.Sequential) or not any(isinstance(m, nn.Flatten) for m in body):
@@ -130,17 +137,19 @@ def check_backbone(
         raise PluginError(f"{path!r}: forward(x) must equal head(body(x))")
 
 
-@torch.no_grad()
 def _probe(
     path: str, model: nn.Module, input_shape: tuple[int, int, int]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """body(x), head(body(x)) and model(x) for two seeded images, in eval mode, on the CPU."""
+    import torch
+
     x = torch.randn(2, *input_shape, generator=torch.Generator().manual_seed(0))
     was_training = model.training
     model.eval()
     try:
-        features = model.body(x)
-        return features, model.head(features), model(x)
+        with torch.no_grad():
+            features = model.body(x)
+            return features, model.head(features), model(x)
     except Exception as err:  # a user's layers may fail in any way
         raise PluginError(
             f"{path!r} fails on images of shape {tuple(x.shape)}: {type(err).__name__}: {err}"

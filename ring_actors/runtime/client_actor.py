@@ -1,30 +1,38 @@
 """ClientActor: the Ray shell of one client. It places the client (device, threads, slots),
-builds its core, and forwards every call to it; the round loop lives in ``client_core``."""
+builds its core, and forwards every call to it; the round loop lives in ``client/core.py``.
+
+This module imports neither torch nor a method: Ray loads an actor's class in every process
+that holds a handle to it, so the coordinator, which holds every client's, would otherwise
+carry torch. The client's own process imports them when it builds its core.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import ray
-import torch
 
-from ring_actors.client.core import ClientCore
 from ring_actors.client.faults import ProcessFaults, fail_start
-from ring_actors.client.ring_lap import LapResult
-from ring_actors.config import Config
-from ring_actors.coordinator.membership import View
-from ring_actors.data.partition import ClientSplit
-from ring_actors.data.sources import DatasetArrays
-from ring_actors.delivery.payloads import Payload
-from ring_actors.delivery.transport import ClientHandle
-from ring_actors.method_factory import build_algorithm, client_data
 from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
+from ring_actors.runtime.worker_env import loaded_modules
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from ring_actors.client.ring_lap import LapResult
+    from ring_actors.config import Config
+    from ring_actors.coordinator.membership import View
+    from ring_actors.data.partition import ClientSplit
+    from ring_actors.data.sources import DatasetArrays
+    from ring_actors.delivery.payloads import Payload
+    from ring_actors.delivery.transport import ClientHandle
 
 CONTROL_GROUP = "control"  # the coordinator's probes, apart from peers' receives
 CONCURRENCY_GROUPS = {CONTROL_GROUP: 2}
@@ -32,6 +40,8 @@ CONCURRENCY_GROUPS = {CONTROL_GROUP: 2}
 
 def pick_device(num_gpus: float) -> torch.device:
     """The GPU Ray assigned to this actor, capped to its fraction; the CPU otherwise."""
+    import torch
+
     if num_gpus > 0 and ray.get_gpu_ids() and torch.cuda.is_available():
         device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to our GPU
         torch.cuda.set_per_process_memory_fraction(min(1.0, num_gpus), device)
@@ -56,6 +66,11 @@ class ClientActor:
         run_key: str,
         resume: bool = False,
     ) -> None:
+        import torch
+
+        from ring_actors.client.core import ClientCore
+        from ring_actors.method_factory import build_algorithm, client_data
+
         fail_start(config.faults, client_id, Path(state_dir))
         context = ray.get_runtime_context()
         clients = config.clients
@@ -88,6 +103,8 @@ class ClientActor:
 
     def describe(self) -> dict:
         """Placement facts, returned once the actor is constructed."""
+        import torch
+
         core = self.core
         return {
             "client": core.id,
@@ -133,3 +150,6 @@ class ClientActor:
 
     def stats(self) -> dict:
         return self.core.stats()
+
+    def loaded_modules(self) -> list[str]:
+        return loaded_modules()

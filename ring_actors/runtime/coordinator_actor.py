@@ -19,6 +19,7 @@ from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.transport import ClientHandle, Readmission
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.ray_transport import RayClientHandle
+from ring_actors.runtime.worker_env import loaded_modules
 from ring_actors.timeouts import LOOP_JOIN_S, TRACKING_OPEN_JOIN_S
 
 __all__ = ["Coordinator"]
@@ -126,6 +127,9 @@ class Coordinator:
 
     def ring_order(self) -> list[int]:
         return self.core.ring_order()
+
+    def loaded_modules(self) -> list[str]:
+        return loaded_modules()
 
     def finalize(self, wall_s: float) -> dict[str, Any]:
         """Write the output files, log them to MLflow, close the run; return the summary."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import (
@@ -17,8 +17,10 @@ from ray.exceptions import (
 
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.events import EventKind
-from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.transport import ClientHandle, PeerGone, PeerUnavailable, Readmission
+
+if TYPE_CHECKING:  # the coordinator and the slot pools never import torch
+    from ring_actors.delivery.payloads import Payload
 
 # What a call raises when the process answering it died under it: the actor died, its
 # worker crashed, or Ray's memory monitor killed it.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import ray
 
 from ring_actors.runtime.ray_transport import CALLEE_DIED
-from ring_actors.runtime.worker_env import release_freed_memory
+from ring_actors.runtime.worker_env import loaded_modules
 from ring_actors.timeouts import SLOT_LEASE_S
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,9 @@ class SlotPool:
             "reclaimed": self.reclaimed,
         }
 
+    async def loaded_modules(self) -> list[str]:
+        return loaded_modules()
+
     def _dispatch(self) -> None:
         while self.waiting and len(self.held) < self.limit:
             request = heapq.heappop(self.waiting)
@@ -163,7 +166,6 @@ class Slots:
             if token is not None:
                 self.token = None
                 self.pool.release.remote(token)
-            release_freed_memory()  # an idle client keeps only what it holds
 
     def _renew(self, token: int) -> None:
         while True:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +41,9 @@ def release_freed_memory() -> None:
     """Return the allocator's free pages to the system (glibc only; elsewhere a no-op)."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
+
+
+def loaded_modules() -> list[str]:
+    """The modules this process has imported: what an actor's memory pays for (the control
+    plane's actors import no torch)."""
+    return sorted(sys.modules)

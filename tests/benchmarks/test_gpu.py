@@ -1,0 +1,31 @@
+"""The GPU benchmark's code, run on whatever device there is at tiny sizes: both sides train,
+report their figures, and the largest N that ran is the N they were given."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmarks.gpu import DEFAULT_DATA, largest_that_ran, main, table
+from tests.conftest import needs_data
+
+pytestmark = [needs_data, pytest.mark.slow]
+
+
+def test_both_sides_run_and_report_at_tiny_sizes(tmp_path):
+    out = tmp_path / "gpu.jsonl"
+    args = ["--models", "cnn", "--clients", "2", "--rounds", "2", "--samples", "32"]
+    rows = main([*args, "--data", DEFAULT_DATA, "--timeout-s", "900", "--json", str(out)])
+    assert [(r["side"], r["clients"], r["ok"]) for r in rows] == [
+        ("ring", 2, True),
+        ("plain", 2, True),
+    ], [r.get("error") for r in rows]
+    for row in rows:
+        assert row["rounds_completed"] == 2
+        assert row["s_per_round"] > 0 and row["samples_per_s"] > 0
+        assert ("gpu_total_mb" in row) == torch.cuda.is_available()
+    assert [json.loads(line) for line in out.read_text().splitlines()] == rows
+    assert largest_that_ran(rows) == {"cnn/ring": 2, "cnn/plain": 2}
+    assert table(rows).count("\n") == 3  # header, rule, two runs
