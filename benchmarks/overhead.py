@@ -260,7 +260,7 @@ def run_ring(config, out: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     experiment = launch(config, out)  # loads data, starts Ray (connect_ray) and every actor
     launch_s = time.monotonic() - t0
-    threads = sorted({p["torch_threads"] for p in experiment.placement.values()})
+    threads = sorted({p.torch_threads for p in experiment.placement.values()})
     try:
         procs0 = process_cpu()
         busy0, idle0 = cpu_busy_idle()
@@ -276,7 +276,7 @@ def run_ring(config, out: Path) -> dict[str, Any]:
 
     rows = pq.read_table(out / "metrics.parquet").to_pylist()
     last_report_s = max(r["time_s"] for r in rows)
-    samples = sum(p["num_train"] for p in experiment.placement.values()) * (
+    samples = sum(p.num_train for p in experiment.placement.values()) * (
         config.experiment.rounds * config.clients.local_epochs
     )
     reported = summary["samples_per_s"] * summary["wall_s"]  # what the summary counted

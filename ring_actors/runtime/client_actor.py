@@ -17,6 +17,7 @@ import ray
 
 from ring_actors.client.faults import ProcessFaults, fail_start
 from ring_actors.run_folder import RunFolder
+from ring_actors.runtime.placement import Placement
 from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
@@ -101,21 +102,21 @@ class ClientActor:
                 self.core.set_view(back.view, back.handles)
                 self.core.start(back.first_round, back.joining)
 
-    def describe(self) -> dict:
+    def describe(self) -> Placement:
         """Placement facts, returned once the actor is constructed."""
         import torch
 
         core = self.core
-        return {
-            "client": core.id,
-            "pid": os.getpid(),
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "device": str(core.device),
-            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-            "torch_threads": torch.get_num_threads(),
-            "num_train": len(core.data.train),
-            "num_local_test": len(core.data.local_test),
-        }
+        return Placement(
+            client=core.id,
+            pid=os.getpid(),
+            node_id=ray.get_runtime_context().get_node_id(),
+            device=str(core.device),
+            gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
+            torch_threads=torch.get_num_threads(),
+            num_train=len(core.data.train),
+            num_local_test=len(core.data.local_test),
+        )
 
     def receive(self, payload: Payload) -> bool:
         return self.core.receive(payload)

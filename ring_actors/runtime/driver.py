@@ -35,6 +35,7 @@ from ring_actors.runtime.client_actor import CONCURRENCY_GROUPS, ClientActor
 from ring_actors.runtime.coordinator_actor import Coordinator
 from ring_actors.runtime.follow import ask, wait_and_finalize
 from ring_actors.runtime.launch import LaunchError, Started, settle, start_clients, start_width
+from ring_actors.runtime.placement import Placement
 from ring_actors.runtime.progress_bar import progress_note
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
@@ -61,7 +62,7 @@ class Experiment:
     output_dir: Path
     coordinator: ray.actor.ActorHandle
     clients: dict[int, ray.actor.ActorHandle]
-    placement: dict[int, dict[str, Any]]
+    placement: dict[int, Placement]
     client_options: dict[str, Any]  # Ray actor options of every client
     data_ref: ray.ObjectRef
     splits: list[ClientSplit]
@@ -113,7 +114,7 @@ class Experiment:
     def start_slot_pools(self) -> None:
         """One compute-slot pool on every node that hosts clients (once per node)."""
         clients = self.config.clients
-        for node_id in sorted({facts["node_id"] for facts in self.placement.values()}):
+        for node_id in sorted({facts.node_id for facts in self.placement.values()}):
             if node_id in self.slot_pools:
                 continue
             node = node_resources(node_id)
@@ -141,7 +142,7 @@ class Experiment:
             )
         for i in ids:
             self.admitted.add(i)
-            node = self.placement[i]["node_id"]
+            node = self.placement[i].node_id
             call = self.coordinator.admit.remote(i, self.clients[i], node, first_round)
             ask(self, call, self.timeouts.control_s)
         return ids
@@ -331,7 +332,7 @@ def _launch(config: Config, output_dir: Path, resume: bool) -> Experiment:
         for i in range(config.total_clients if resume else config.clients.count):
             if i in dropped:
                 continue
-            node, handle = experiment.placement[i]["node_id"], experiment.clients[i]
+            node, handle = experiment.placement[i].node_id, experiment.clients[i]
             if resume:  # the members the checkpoint knows, joiners included
                 wait_s = experiment.timeouts.control_s
                 if ask(experiment, coordinator.adopt.remote(i, handle, node), wait_s):
@@ -355,7 +356,7 @@ def describe_launch(experiment: Experiment) -> str:
     resources = ray.cluster_resources()
     nodes: dict[str, list[int]] = {}
     for client_id, facts in sorted(experiment.placement.items()):
-        nodes.setdefault(facts["node_id"], []).append(client_id)
+        nodes.setdefault(facts.node_id, []).append(client_id)
     lines = [
         f"cluster: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, "
         f"{resources.get('GPU', 0):g} GPUs",
@@ -366,8 +367,8 @@ def describe_launch(experiment: Experiment) -> str:
     for node_id, ids in nodes.items():
         facts = experiment.placement[ids[0]]
         lines.append(
-            f"node {node_id[:8]}: clients {ids} ({facts['device']}, "
-            f"{facts['torch_threads']} torch threads each)"
+            f"node {node_id[:8]}: clients {ids} ({facts.device}, "
+            f"{facts.torch_threads} torch threads each)"
         )
     lines.append(f"outputs: {experiment.output_dir}")
     uri = redact_uri(resolve_tracking_uri(config.tracking.uri, Path.cwd()))

@@ -110,7 +110,7 @@ def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
     if entry.kill_coordinator:
         ray.kill(experiment.coordinator, no_restart=False)
     if entry.kill_node:
-        nodes = {experiment.placement[c]["node_id"] for c in entry.kill_node}
-        doomed = [c for c, facts in experiment.placement.items() if facts["node_id"] in nodes]
+        nodes = {experiment.placement[c].node_id for c in entry.kill_node}
+        doomed = [c for c, facts in experiment.placement.items() if facts.node_id in nodes]
         for client_id in doomed:
             ray.kill(experiment.clients[client_id], no_restart=True)

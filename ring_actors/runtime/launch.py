@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import ray
 from ray.exceptions import ActorUnavailableError, RayError
 
+from ring_actors.runtime.placement import Placement
 from ring_actors.timeouts import LaunchTimeouts
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class Started:
     """What a launch wave produced: the clients built, and why the others were not."""
 
     handles: dict[int, ray.actor.ActorHandle] = field(default_factory=dict)
-    facts: dict[int, dict] = field(default_factory=dict)
+    facts: dict[int, Placement] = field(default_factory=dict)
     failures: dict[int, str] = field(default_factory=dict)  # client -> its last error
     timed_out: set[int] = field(default_factory=set)  # failures whose attempt ran out of time
 

@@ -154,10 +154,10 @@ def test_clients_take_fractional_gpus_and_fall_back_to_cpu(ray_local, tmp_path):
     experiment = launch(config, tmp_path / "out")
     try:
         for facts in experiment.placement.values():
-            assert facts["gpu_ids"] == ["0"]  # four clients share the one (logical) GPU
+            assert facts.gpu_ids == ("0",)  # four clients share the one (logical) GPU
             expected = "cuda:0" if torch.cuda.is_available() else "cpu"
-            assert facts["device"] == expected
-            assert facts["torch_threads"] == 1
+            assert facts.device == expected
+            assert facts.torch_threads == 1
         available = ray.available_resources().get("GPU", 0.0)
         assert available == pytest.approx(0.0)
     finally:

@@ -38,7 +38,7 @@ def test_clients_spread_over_nodes_and_a_lost_node_is_bypassed(cluster, tmp_path
     )
     experiment = launch(config, tmp_path / "out")
     try:
-        nodes = {i: facts["node_id"] for i, facts in experiment.placement.items()}
+        nodes = {i: facts.node_id for i, facts in experiment.placement.items()}
         per_node = Counter(nodes.values())
         assert len(per_node) >= 2  # spread, not packed on one node
         assert ray.get_runtime_context().get_node_id() not in per_node  # head has no CPUs

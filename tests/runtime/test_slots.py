@@ -129,6 +129,6 @@ def test_slots_and_torch_threads_follow_the_node(ray_local, tmp_path, overrides,
     try:
         (pool,) = experiment.slot_pools.values()
         assert ray.get(pool.status.remote())["limit"] == limit
-        assert {facts["torch_threads"] for facts in experiment.placement.values()} == {threads}
+        assert {facts.torch_threads for facts in experiment.placement.values()} == {threads}
     finally:
         shutdown(experiment)
