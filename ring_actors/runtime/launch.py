@@ -165,5 +165,7 @@ def settle(started: Started, initial: set[int], policy: str, resume: bool) -> se
     )
     raise LaunchError(
         f"{len(failed)} client(s) could not be started after {START_ATTEMPTS} attempts each "
-        f"({named}); the launch stops: {why}."
+        f"({named}); the launch stops: {why}. A start that fails every time is most often "
+        "a method, backbone or dataset of one's own raising in every client: check "
+        "algorithm.name, algorithm.backbone, data.dataset and their options."
     )
