@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 
 from ring_actors.config import Config
-from ring_actors.plugins.paths import is_plugin_path
 
 # Growth of the whole process tree's PSS per client, 8 -> 16 -> 32 clients of the small CNN
 # (FedAvg 0.405-0.414 GB, DRDFL 0.392-0.405 GB; benchmarks/RESULTS.md, "Scale curve").
@@ -61,13 +60,14 @@ def node_memory() -> NodeMemory | None:
 
 
 def client_gb(config: Config) -> float:
-    """Memory one client process adds: measured for the small CNN, estimated above it."""
+    """Memory one client process adds: measured for the small CNN, estimated above it for
+    the shared backbones; a method's own network (``fedpac_cnn``) counts as measured."""
+    from ring_actors.models import BACKBONES, build_backbone
+
     backbone = getattr(config.algorithm.options, "backbone", "cnn")
-    if backbone in MEASURED_BACKBONES or is_plugin_path(backbone):
+    if backbone in MEASURED_BACKBONES or backbone not in BACKBONES:
         return CLIENT_GB
     import torch
-
-    from ring_actors.models import build_backbone
 
     with torch.device("meta"):  # counts parameters without allocating them
         extra = build_backbone(backbone, (3, 32, 32), 100)

@@ -21,7 +21,13 @@ from ring_actors.delivery.events import EventKind
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.outbox import Outbox
-from ring_actors.delivery.payload_checks import Bounds, TensorSpec, check_tensors, expected_for
+from ring_actors.delivery.payload_checks import (
+    Bounds,
+    TensorSpec,
+    check_known_tensors,
+    check_tensors,
+    expected_for,
+)
 from ring_actors.delivery.payloads import Channel, Payload, PayloadError
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ClientHandle, ControlLink
@@ -84,7 +90,10 @@ class PeerAnswers:
             if expected is not None:
                 if not payload.tensors:
                     raise PayloadError(f"{payload.channel.value} payload with no tensors")
-                check_tensors(payload, expected)
+                if payload.channel == Channel.INIT:
+                    check_known_tensors(payload, expected)
+                else:
+                    check_tensors(payload, expected)
             return self._accept(payload)
         except PayloadError as err:
             return self._reject(str(err))

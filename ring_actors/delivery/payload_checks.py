@@ -5,7 +5,7 @@ receiver's epoch, and a size derived from the model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -44,18 +44,40 @@ def check_tensors(
 ) -> None:
     """Exactly the names ``keys`` (all of ``expected`` when None), each of the receiver's
     shape and dtype: a tensor that would broadcast or be cast is refused."""
-    who = f"{payload.channel.value} payload from {payload.sender}"
     wanted = set(expected if keys is None else keys)
     if set(payload.tensors) != wanted:
         wrong = sorted(set(payload.tensors) ^ wanted)
-        raise PayloadError(f"{who}: tensors do not match (first differences: {wrong[:3]})")
-    for name, tensor in payload.tensors.items():
+        raise PayloadError(
+            f"{_who(payload)}: tensors do not match (first differences: {wrong[:3]})"
+        )
+    _check_specs(payload, expected, payload.tensors)
+
+
+def check_known_tensors(payload: Payload, expected: Mapping[str, TensorSpec]) -> None:
+    """Each tensor whose name the receiver also holds, of the receiver's shape and dtype.
+
+    A hand-off's names follow the sender's state (GENE-FL hands over its cluster's
+    learnGene, named after the cluster), so they are not required to match; a tensor the
+    receiver would copy into one of its own is.
+    """
+    _check_specs(payload, expected, [name for name in payload.tensors if name in expected])
+
+
+def _check_specs(
+    payload: Payload, expected: Mapping[str, TensorSpec], names: Iterable[str]
+) -> None:
+    for name in names:
+        tensor = payload.tensors[name]
         if (tuple(tensor.shape), tensor.dtype) != expected[name]:
             shape, dtype = expected[name]
             raise PayloadError(
-                f"{who}: {name!r} is {tuple(tensor.shape)} {tensor.dtype}, "
+                f"{_who(payload)}: {name!r} is {tuple(tensor.shape)} {tensor.dtype}, "
                 f"this method's is {shape} {dtype}"
             )
+
+
+def _who(payload: Payload) -> str:
+    return f"{payload.channel.value} payload from {payload.sender}"
 
 
 @dataclass(frozen=True)
