@@ -379,10 +379,6 @@ def _shapes(tensors: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in tensors.items()}
 
 
-def _is_share(payload: Payload) -> bool:
-    return payload.channel == Channel.SHARE
-
-
 def _is_init(payload: Payload) -> bool:
     return payload.channel == Channel.INIT
 
