@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,8 +84,7 @@ class Checkpointing:
     last_push: Payload | None
     recent_pushes: list[Payload]
     journal_entries: list[JournalEntry]
-
-    def journal(self) -> list[dict]: ...
+    journal: Callable[[], list[dict]]  # the reports so far (``PeerAnswers.journal``)
 
     def save_checkpoint(self, round_: int) -> None:
         """The private state after ``round_``, for a restarted client to resume from."""
