@@ -5,73 +5,26 @@ the round loop trains on its own thread."""
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 
-import torch
-
-from ring_actors.algorithms import Algorithm
 from ring_actors.client.idle import idle_facts
-from ring_actors.client.resources import ClientData
-from ring_actors.client.ring_lap import LapResult, RingLaps, is_lap
-from ring_actors.config import Config
+from ring_actors.client.ring_lap import LapResult, is_lap
+from ring_actors.client.state import ClientState
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.events import EventKind
-from ring_actors.delivery.inbox import Inbox
-from ring_actors.delivery.journal import JournalEntry
-from ring_actors.delivery.outbox import Outbox
 from ring_actors.delivery.payload_checks import (
-    Bounds,
-    TensorSpec,
     check_known_tensors,
     check_tensors,
     expected_for,
 )
 from ring_actors.delivery.payloads import Channel, Payload, PayloadError
-from ring_actors.delivery.spool import Spool
-from ring_actors.delivery.transport import ClientHandle, ControlLink
-from ring_actors.heterogeneity import Heterogeneity
-from topologies import Topology
+from ring_actors.delivery.transport import ClientHandle
 
 log = logging.getLogger(__name__)
 
 
-class PeerAnswers:
+class PeerAnswers(ClientState):
     """The calls a client answers; mixed into :class:`~ring_actors.client.core.ClientCore`."""
-
-    id: int
-    config: Config
-    algorithm: Algorithm
-    device: torch.device
-    data: ClientData
-    lock: threading.Lock
-    view: View
-    handles: dict[int, ClientHandle]
-    inbox: Inbox
-    outbox: Outbox
-    laps: RingLaps
-    topology: Topology
-    published: dict[int, dict[str, torch.Tensor]]
-    last_push: Payload | None
-    recent_pushes: list[Payload]
-    pushed_to: set[int]
-    hand_off_tensors: dict[str, torch.Tensor]
-    share_specs: dict[str, TensorSpec]
-    init_specs: dict[str, TensorSpec]
-    max_payload_bytes: int
-    bounds: Bounds
-    first_round: int
-    round: int
-    completed: int
-    rejected: int
-    journal_entries: list[JournalEntry]
-    spool: Spool | None
-    spool_lock: threading.Lock
-    checkpoint_path: Path | None
-    control: ControlLink
-    hetero: Heterogeneity  # slow links wrap the handles peers are reached through
-    _on_link: Callable[[Payload, int, float], None]
 
     def receive(self, payload: Payload) -> bool:
         """Validate and enqueue (or, for a ring lap, pass on); never blocks on training.

@@ -8,24 +8,20 @@ so a checkpoint directory on a shared filesystem is not a way into every node.
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions
+from ring_actors.client.state import ClientState
 from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.durable import write_atomic
 from ring_actors.run_folder import CheckpointError
 
 if TYPE_CHECKING:  # the spool reads its files with this module's loader
-    from ring_actors.delivery.inbox import Inbox
-    from ring_actors.delivery.outbox import Outbox
-    from ring_actors.delivery.spool import Spool
-    from ring_actors.delivery.transport import ControlLink
+    pass
 
 # What a client checkpoint may name: classes only (a function such as ``os.system`` or one of
 # the project's own could be called by the unpickler with arguments of the file's choosing),
@@ -65,26 +61,9 @@ def _allowed_class(name: str) -> type | None:
     return found if issubclass(found, (Algorithm, AlgorithmOptions, torch.nn.Module)) else None
 
 
-class Checkpointing:
+class Checkpointing(ClientState):
     """A client's own checkpoint after each round, and its restore after a restart; mixed
     into :class:`~ring_actors.client.core.ClientCore`."""
-
-    id: int
-    algorithm: Algorithm
-    device: torch.device
-    lock: threading.Lock
-    inbox: Inbox
-    outbox: Outbox
-    control: ControlLink
-    checkpoint_path: Path | None
-    spool: Spool | None
-    spool_lock: threading.Lock
-    first_round: int
-    completed: int
-    last_push: Payload | None
-    recent_pushes: list[Payload]
-    journal_entries: list[JournalEntry]
-    journal: Callable[[], list[dict]]  # the reports so far (``PeerAnswers.journal``)
 
     def save_checkpoint(self, round_: int) -> None:
         """The private state after ``round_``, for a restarted client to resume from."""

@@ -3,17 +3,11 @@ says, the pulls an offer leads to, and the push of what it publishes."""
 
 from __future__ import annotations
 
-import threading
 import time
 
-from ring_actors.algorithms import Algorithm
-from ring_actors.client.resources import ClientData
-from ring_actors.config import Config
-from ring_actors.coordinator.membership import View
+from ring_actors.client.state import ClientState
 from ring_actors.delivery.events import EventKind
-from ring_actors.delivery.inbox import Inbox
-from ring_actors.delivery.outbox import Outbox
-from ring_actors.delivery.payload_checks import Bounds, TensorSpec, check_tensors
+from ring_actors.delivery.payload_checks import check_tensors
 from ring_actors.delivery.payloads import (
     Channel,
     Payload,
@@ -21,9 +15,7 @@ from ring_actors.delivery.payloads import (
     all_finite,
     detach_to_cpu,
 )
-from ring_actors.delivery.transport import ClientHandle, wait_all
-from ring_actors.timeouts import Timeouts
-from topologies import Topology
+from ring_actors.delivery.transport import wait_all
 
 KEEP_PUBLISHED = 3  # rounds of published state kept for peers that pull late
 
@@ -32,34 +24,8 @@ class NonFiniteError(ArithmeticError):
     """Training made the model or its losses non-finite."""
 
 
-class Exchange:
+class Exchange(ClientState):
     """A round's exchange; mixed into :class:`~ring_actors.client.core.ClientCore`."""
-
-    id: int
-    config: Config
-    algorithm: Algorithm
-    device: object
-    data: ClientData
-    lock: threading.Lock
-    view: View
-    handles: dict[int, ClientHandle]
-    inbox: Inbox
-    outbox: Outbox
-    topology: Topology
-    timeouts: Timeouts
-    offers: bool
-    expected: dict[str, tuple[int, ...]]
-    shared_specs: dict[str, TensorSpec]
-    max_payload_bytes: int
-    bounds: Bounds
-    first_round: int
-    round: int
-    gather_wait_s: float
-    published: dict
-    last_push: Payload | None
-    recent_pushes: list[Payload]
-    pushed_to: set[int]
-    hand_off_tensors: dict
 
     def _gather(self, round_: int) -> list[Payload]:
         """What to merge this round, after waiting as the schedule mode requires.
