@@ -24,7 +24,12 @@ from ring_actors.client.answers import PeerAnswers
 from ring_actors.client.checkpoint import Checkpointing
 from ring_actors.client.exchange import Exchange, NonFiniteError
 from ring_actors.client.faults import FaultActions, slow_delay, strike
-from ring_actors.client.idle import IdleRelease, accelerator_memory, offloads
+from ring_actors.client.idle import (
+    IdleRelease,
+    accelerator_memory,
+    offloads,
+    offloads_parameters,
+)
 from ring_actors.client.resources import ClientData, SlotHolder, Ungated
 from ring_actors.client.ring_lap import LapResult, RingLaps, lap_checksum
 from ring_actors.config import Config
@@ -83,7 +88,13 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         self.data = data
         self.control = control
         offload = offloads(config.clients.offload_idle, self.device)
-        self.slots = IdleRelease(slots or Ungated(), lambda: self.algorithm, self.device, offload)
+        self.slots = IdleRelease(
+            slots or Ungated(),
+            lambda: self.algorithm,
+            self.device,
+            offload,
+            offloads_parameters(offload, config.clients.offload_parameters_mb, algorithm),
+        )
         self.faults = faults
         self.checkpoint_path = checkpoint_path
         self.timeouts = Timeouts.from_schedule(config.schedule)
@@ -193,7 +204,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         """Every round from ``first_round`` on; a failure is reported, never swallowed."""
         try:
             if joining:
-                self.algorithm.joining(first_round)
+                with self.slots.resident():
+                    self.algorithm.joining(first_round)
                 self._initialise_from_hand_off()
             round_ = first_round
             while round_ < self.config.experiment.rounds and self._time_left() > 0:
@@ -238,7 +250,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
             self.event(EventKind.JOIN_WITHOUT_HAND_OFF, -1)
             return
         payload = self.inbox.pop(_is_init)[-1]
-        self.algorithm.init_from(payload.to(self.device))
+        with self.slots.resident():
+            self.algorithm.init_from(payload.to(self.device))
         self.event(
             EventKind.JOIN_INITIALISED,
             payload.round,
@@ -275,7 +288,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
             time.sleep(slowed_s)
         non_finite = sorted(k for k, v in metrics.items() if not _finite(v))
         for name in self.algorithm.laps(round_):
-            contribution = detach_to_cpu(self.algorithm.contribute(name, round_))
+            with self.slots.resident():
+                contribution = detach_to_cpu(self.algorithm.contribute(name, round_))
             if not all_finite(contribution):  # refused at the source: the others' lap goes on
                 self.event(EventKind.NON_FINITE_CONTRIBUTION, round_, f"lap {name!r}")
                 non_finite.append(f"lap {name}")
@@ -285,7 +299,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
             result = self.laps.run(name, round_, contribution)
             if result is not None:
                 total = {k: v.to(self.device) for k, v in result.total.items()}
-                self.algorithm.apply_lap(name, round_, total, list(result.contributors))
+                with self.slots.resident():
+                    self.algorithm.apply_lap(name, round_, total, list(result.contributors))
                 # Every member gets the same total: these let anyone check it did.
                 metrics[f"lap_{name}_contributors"] = float(len(result.contributors))
                 metrics[f"lap_{name}_checksum"] = lap_checksum(result.total)

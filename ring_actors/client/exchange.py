@@ -63,7 +63,8 @@ class Exchange(ClientState):
         arrived = self.inbox.take(Channel.SHARE, max_round)
         if not self.offers:
             return arrived
-        plan = self.algorithm.decide([p.to(self.device) for p in arrived])
+        with self.slots.resident():
+            plan = self.algorithm.decide([p.to(self.device) for p in arrived])
         return self._pull({s: keys for s, keys in plan.items() if keys}, arrived)
 
     def _pull(self, plan: dict[int, tuple[str, ...]], offers: list[Payload]) -> list[Payload]:
@@ -107,17 +108,20 @@ class Exchange(ClientState):
 
     def _publish(self, round_: int) -> None:
         """Snapshot what a joiner gets, then push the shared state or the offer."""
-        shared = self.algorithm.shared_state()
+        with self.slots.resident():
+            shared = detach_to_cpu(self.algorithm.shared_state())
+            hand_off = detach_to_cpu(self.algorithm.hand_off_state())
+            offer = detach_to_cpu(self.algorithm.offer() or {}) if self.offers else None
         with self.lock:
-            self.hand_off_tensors = detach_to_cpu(self.algorithm.hand_off_state())
-        if self.offers:
+            self.hand_off_tensors = hand_off
+        if offer is not None:
             with self.lock:
-                self.published[round_] = detach_to_cpu(shared)
+                self.published[round_] = shared
                 for old in [r for r in self.published if r <= round_ - KEEP_PUBLISHED]:
                     del self.published[old]
-            tensors = detach_to_cpu(self.algorithm.offer() or {})
+            tensors = offer
         else:
-            tensors = detach_to_cpu(shared)
+            tensors = shared
         if not tensors:
             return
         if not all_finite(tensors):

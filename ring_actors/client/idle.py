@@ -7,6 +7,10 @@ parameters) to host memory, and returns what its allocator cached: torch's CUDA 
 allocator on a GPU, glibc's free pages on the CPU. A GPU then holds about
 ``slots x working set + clients x (CUDA context + resident state)`` rather than every
 client's peak. The state comes back bit for bit when the client takes a slot again.
+
+A large model's parameters can wait on the host too (``clients.offload_parameters_mb``): they
+come back for every call into the method, a slot's compute and the few calls between slots
+(a pull's decision, a lap's contribution and total, publishing), and leave again after it.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ if TYPE_CHECKING:
 HOST = torch.device("cpu")
 
 
-def optimizers_of(owner: object) -> list[Any]:
-    """The optimisers an object keeps in its attributes (directly, or in a dict or list)."""
+def _attributes(owner: object, wanted: Callable[[object], bool]) -> list[Any]:
+    """What an object keeps in its attributes (directly, or in a dict or list) that is
+    ``wanted``, each once."""
     found: list[Any] = []
     for value in vars(owner).values():
         items: Iterable[Any] = value
@@ -34,8 +39,35 @@ def optimizers_of(owner: object) -> list[Any]:
             items = value.values()
         elif not isinstance(value, (list, tuple)):
             items = (value,)
-        found += [v for v in items if _is_optimizer(v) and not any(v is f for f in found)]
+        found += [v for v in items if wanted(v) and not any(v is f for f in found)]
     return found
+
+
+def optimizers_of(owner: object) -> list[Any]:
+    """The optimisers an object keeps in its attributes (directly, or in a dict or list)."""
+    return _attributes(owner, _is_optimizer)
+
+
+def modules_of(owner: object) -> list[torch.nn.Module]:
+    """The networks an object keeps in its attributes (directly, or in a dict or list)."""
+    return _attributes(owner, lambda value: isinstance(value, torch.nn.Module))
+
+
+def parameter_bytes(modules: Iterable[torch.nn.Module]) -> int:
+    """The bytes of the modules' parameters and buffers, each tensor counted once."""
+    seen: dict[int, int] = {}
+    for module in modules:
+        for tensor in [*module.parameters(), *module.buffers()]:
+            seen[id(tensor)] = tensor.numel() * tensor.element_size()
+    return sum(seen.values())
+
+
+def move_modules(modules: Iterable[torch.nn.Module], device: torch.device) -> None:
+    """Move the modules' parameters, gradients and buffers to ``device`` in place (a copy
+    even on the same device, as for the optimiser state): each parameter stays the same
+    object, so the optimisers that hold it need nothing."""
+    for module in modules:
+        module._apply(lambda tensor: tensor.to(device, copy=True))
 
 
 def _is_optimizer(value: object) -> bool:
@@ -101,10 +133,18 @@ def offloads(setting: bool | Literal["auto"], device: torch.device) -> bool:
     return device.type != "cpu" if setting == "auto" else setting
 
 
+def offloads_parameters(offload: bool, threshold_mb: float | None, owner: object) -> bool:
+    """``clients.offload_parameters_mb``: parameters wait on the host too when the state
+    moves at all and the method's networks hold at least that many MB."""
+    if not offload or threshold_mb is None:
+        return False
+    return parameter_bytes(modules_of(owner)) >= threshold_mb * 2**20
+
+
 class IdleRelease:
-    """A client's slots, wrapped: on taking one, its optimiser state comes back to its
-    device; on giving one back, the state goes to host memory and the allocator's cache is
-    returned before the next client is let in."""
+    """A client's slots, wrapped: on taking one, its optimiser state (and offloaded
+    parameters) come back to its device; on giving one back, they go to host memory and the
+    allocator's cache is returned before the next client is let in."""
 
     def __init__(
         self,
@@ -112,12 +152,15 @@ class IdleRelease:
         owner: Callable[[], object],
         device: torch.device,
         offload: bool,
+        offload_parameters: bool = False,
     ) -> None:
         self.slots = slots
         self.owner = owner  # the method now (a restored checkpoint replaces it)
         self.device = device
         self.offload = offload
+        self.offload_parameters = offload_parameters
         self.offloaded = False
+        self.parameters_away = False
 
     @property
     def waited_s(self) -> float:
@@ -130,13 +173,34 @@ class IdleRelease:
                 move_optimizer_state(optimizers_of(self.owner()), self.device)
                 self.offloaded = False
             try:
-                yield
+                with self.resident():
+                    yield
             finally:
                 self.release()
+
+    @contextmanager
+    def resident(self) -> Iterator[None]:
+        """The parameters on the device for a call into the method, and back on the host
+        after it if they were there before."""
+        away = self.parameters_away
+        if away:
+            move_modules(modules_of(self.owner()), self.device)
+            self.parameters_away = False
+        try:
+            yield
+        finally:
+            if away:
+                self._park_parameters()
 
     def release(self) -> None:
         """What a client does as it gives its slot back (and once it is built)."""
         if self.offload:
             move_optimizer_state(optimizers_of(self.owner()), HOST)
             self.offloaded = True
+        self._park_parameters()
         release_allocator_cache(self.device)
+
+    def _park_parameters(self) -> None:
+        if self.offload_parameters and not self.parameters_away:
+            move_modules(modules_of(self.owner()), HOST)
+            self.parameters_away = True

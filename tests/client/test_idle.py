@@ -1,5 +1,6 @@
-"""An idle client holds almost nothing on its device: its optimiser state waits on the host
-and its allocator's cache is returned, and the state comes back bit for bit."""
+"""An idle client holds almost nothing on its device: its optimiser state (and a large
+model's parameters) wait on the host and its allocator's cache is returned, and the state
+comes back bit for bit."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ import torch
 
 from ring_actors.algorithms import ALGORITHMS, TaskSpec
 from ring_actors.client.core import Ungated
-from ring_actors.client.idle import IdleRelease, move_optimizer_state, optimizers_of, state_devices
-from ring_actors.config import load_config
+from ring_actors.client.idle import (
+    IdleRelease,
+    modules_of,
+    move_optimizer_state,
+    offloads_parameters,
+    optimizers_of,
+    parameter_bytes,
+    state_devices,
+)
+from ring_actors.config import ConfigError, load_config
 from ring_actors.data.images import LabelledImages
 from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 from tests.algorithms.synthetic import separable
@@ -26,17 +35,26 @@ def method(name: str, device: torch.device, *overrides: str):
     return ALGORITHMS[name](options.algorithm.options, task)
 
 
-def trained(algorithm, offload: bool, rounds: int = 3):
+def trained(algorithm, offload: bool, rounds: int = 3, parameters: bool = False):
     cpu = separable(n=96)
     data = LabelledImages(*(t.to(algorithm.device) for t in (cpu.x, cpu.y, cpu.mean, cpu.std)))
-    idle = IdleRelease(Ungated(), lambda: algorithm, algorithm.device, offload)
+    idle = IdleRelease(Ungated(), lambda: algorithm, algorithm.device, offload, parameters)
+    idle.release()  # as a client does once it is built
     for _ in range(rounds):
         with idle.hold(0):
             algorithm.train_round(data)
             assert state_devices(optimizers_of(algorithm)) <= {str(algorithm.device)}
         if offload:
             assert state_devices(optimizers_of(algorithm)) == {"cpu"}
+        with idle.resident():  # a lap between slots, as the only member
+            for lap in algorithm.laps(0):
+                algorithm.apply_lap(lap, 0, algorithm.contribute(lap, 0), [0])
     return algorithm
+
+
+def storages(algorithm) -> list[int]:
+    """Where every parameter's data lives now."""
+    return [p.data_ptr() for m in modules_of(algorithm) for p in m.parameters()]
 
 
 def tensors_of(algorithm) -> list[torch.Tensor]:
@@ -69,6 +87,48 @@ def test_offloaded_training_is_bit_for_bit_the_same(name, overrides, count):
     ours, theirs = tensors_of(moved), tensors_of(plain)
     assert len(ours) == len(theirs) > count
     assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(ours, theirs, strict=True))
+
+
+@pytest.mark.parametrize("name", ["fedavg", "drdfl"])
+def test_parameters_parked_on_the_host_train_bit_for_bit_the_same(name):
+    torch.manual_seed(0)
+    plain = trained(method(name, CPU), offload=True)
+    torch.manual_seed(0)
+    moved = method(name, CPU)
+    parameters = [p for m in modules_of(moved) for p in m.parameters()]
+    trained(moved, offload=True, parameters=True)
+    # The same parameter objects (the optimisers hold them), with every value equal.
+    assert [p for m in modules_of(moved) for p in m.parameters()] == parameters
+    ours, theirs = tensors_of(moved), tensors_of(plain)
+    assert len(ours) == len(theirs)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+
+
+def test_parameters_come_back_for_a_call_and_leave_after_it():
+    algorithm = method("fedavg", CPU)
+    idle = IdleRelease(Ungated(), lambda: algorithm, CPU, offload=True, offload_parameters=True)
+    idle.release()
+    parked = storages(algorithm)
+    with idle.resident():
+        inside = storages(algorithm)
+        assert not set(inside) & set(parked)  # copied back to the device
+    assert idle.parameters_away
+    assert not set(storages(algorithm)) & set(inside)
+
+
+def test_only_a_model_past_the_threshold_parks_its_parameters():
+    algorithm = method("fedavg", CPU)
+    mb = parameter_bytes(modules_of(algorithm)) / 2**20
+    assert 0.1 < mb < 32  # the small cnn on 28x28 inputs
+    assert not offloads_parameters(True, 32.0, algorithm)
+    assert offloads_parameters(True, mb * 0.99, algorithm)
+    assert not offloads_parameters(False, 0.0, algorithm)  # only where the state moves
+    assert not offloads_parameters(True, None, algorithm)
+
+
+def test_a_negative_parameter_threshold_names_the_key():
+    with pytest.raises(ConfigError, match="clients.offload_parameters_mb"):
+        load_config(None, ["clients.offload_parameters_mb=-1"])
 
 
 def test_a_move_replaces_every_state_tensor_and_counts_its_bytes():
@@ -117,6 +177,7 @@ def test_clients_on_logical_gpus_offload_between_slots_in_a_real_ring(ray_local,
         "experiment.rounds=2",
         "clients.num_gpus=0.25",
         "clients.offload_idle=true",
+        "clients.offload_parameters_mb=0",  # parameters wait on the host between calls too
         "algorithm.optimizer=adam",
     )
     experiment = launch(config, tmp_path / "out")
