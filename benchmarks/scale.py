@@ -10,7 +10,9 @@ shards of ``--samples`` training samples per client, and ``clients.num_cpus = co
 Measured from the outside: the whole process tree's peak PSS (driver, Ray's daemons, every
 actor) and the largest client USS; from the run: the median time between round completions
 after round 0, trained samples per second, and the time from the subprocess's start until every
-client reported round 0.
+client reported round 0. A run the launch's admission check refuses is recorded with the
+check's numbers; ``killed`` counts the actors lost on the way (client crashes, coordinator
+restores), which should be none.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,7 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
     import pyarrow.parquet as pq
     import ray
 
+    from ring_actors.admission import AdmissionError
     from ring_actors.config import load_config
     from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 
@@ -74,7 +78,12 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     else:
         ray.init(address="local", num_cpus=spec["cores"], include_dashboard=False)
-    experiment = launch(config, tmp / "out")
+    try:
+        experiment = launch(config, tmp / "out")
+    except AdmissionError as refused:
+        ray.shutdown()
+        result_path.write_text(json.dumps({"refused": str(refused)}))
+        return
     try:
         started = time.time()
         ray.get(experiment.coordinator.start_clients.remote())
@@ -100,6 +109,7 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
         "reports": len(rows),  # a client's round it finished and reported, of clients x rounds
         "events": {kind: kinds.count(kind) for kind in sorted(set(kinds))},
         "nodes_used": nodes,
+        "killed": kinds.count("crash") + kinds.count("coordinator_restored"),
     }
     result_path.write_text(json.dumps(result))
 
@@ -125,6 +135,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"run {spec} failed with {code}:\n{tail}")
         result = json.loads(result_path.read_text())
     return {
+        "torch": version("torch"),
         **{k: v for k, v in spec.items() if k not in ("tmp", "data_root")},
         **result,
         "command_s": time.time() - spawned,
@@ -139,16 +150,22 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def table(results: list[dict[str, Any]]) -> str:
     head = (
-        "| clients | nodes | method | mode | s/round | samples/s | to round 0 s | peak PSS GB "
-        "| max client USS MB | Local-T |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| clients | nodes | method | mode | torch | s/round | samples/s | to round 0 s "
+        "| peak PSS GB | max client USS MB | killed | Local-T |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
-    lines = [
-        f"| {r['clients']} | {r['nodes']} | {r['algorithm']} | {r['mode']} | {r['round_s']:.1f} "
-        f"| {r['samples_per_s']:.0f} | {r['to_round0_s']:.1f} | {r['peak_pss_gb']:.2f} "
-        f"| {r['client_uss_mb']:.0f} | {100 * r['local_acc']:.1f} |"
-        for r in results
-    ]
-    return "\n".join([head, *lines])
+    return "\n".join([head, *(_row(r) for r in results)])
+
+
+def _row(r: dict[str, Any]) -> str:
+    run = f"| {r['clients']} | {r['nodes']} | {r['algorithm']} | {r['mode']} | {r['torch']} "
+    if "refused" in r:
+        return run + f"| refused by the admission check: {r['refused']} |"
+    return run + (
+        f"| {r['round_s']:.1f} | {r['samples_per_s']:.0f} | {r['to_round0_s']:.1f} "
+        f"| {r['peak_pss_gb']:.2f} | {r['client_uss_mb']:.0f} | {r['killed']} "
+        f"| {100 * r['local_acc']:.1f} |"
+    )
 
 
 def main() -> None:

@@ -8,15 +8,21 @@ loses clients in their constructors, then the slot pool and the coordinator (RES
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from ring_actors.config import Config
 
 # Growth of the whole process tree's PSS per client, 8 -> 16 -> 32 clients of the small CNN
-# (FedAvg 0.405-0.414 GB, DRDFL 0.392-0.405 GB; benchmarks/RESULTS.md, "Scale curve").
+# (FedAvg 0.405-0.414 GB, DRDFL 0.392-0.405 GB; benchmarks/RESULTS.md, "Scale curve"), with
+# torch's CUDA build, which is what ``pip install torch`` gives on Linux x86_64.
 CLIENT_GB = 0.42
+# The same with torch's CPU build, whose import keeps about 136 MB less private memory in every
+# process (benchmarks/RESULTS.md, "Fifty clients on one node").
+CLIENT_GB_CPU_BUILD = 0.30
 # The same lines' intercept: Ray's own processes, the driver, the coordinator and the slot pool
 # (FedAvg 1.89 GB, DRDFL 1.67 GB).
 CONTROL_PLANE_GB = 1.9
@@ -59,14 +65,28 @@ def node_memory() -> NodeMemory | None:
     return NodeMemory(fields["MemAvailable"] / 2**20, fields["MemTotal"] / 2**20)
 
 
-def client_gb(config: Config) -> float:
-    """Memory one client process adds: measured for the small CNN, estimated above it for
-    the shared backbones; a method's own network (``fedpac_cnn``) counts as measured."""
+def torch_has_cuda(torch_dir: Path | None = None) -> bool:
+    """Whether the installed torch is a CUDA build (its CUDA library ships in ``torch/lib``),
+    read from its files: the answer costs no import of torch."""
+    if torch_dir is None:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.submodule_search_locations:
+            return True  # unknown: assume the larger figure
+        torch_dir = Path(spec.submodule_search_locations[0])
+    return any((torch_dir / "lib").glob("libtorch_cuda*"))
+
+
+def client_gb(config: Config, cuda_build: bool | None = None) -> float:
+    """Memory one client process adds: measured for the small CNN with either build of
+    torch (``cuda_build``: this node's, unless given), estimated above it for the shared
+    backbones; a method's own network (``fedpac_cnn``) counts as measured."""
     from ring_actors.models import BACKBONES, build_backbone
 
+    cuda_build = torch_has_cuda() if cuda_build is None else cuda_build
+    base = CLIENT_GB if cuda_build else CLIENT_GB_CPU_BUILD
     backbone = getattr(config.algorithm.options, "backbone", "cnn")
     if backbone in MEASURED_BACKBONES or backbone not in BACKBONES:
-        return CLIENT_GB
+        return base
     import torch
 
     with torch.device("meta"):  # counts parameters without allocating them
@@ -74,7 +94,7 @@ def client_gb(config: Config) -> float:
         small = build_backbone("cnn", (3, 32, 32), 100)
     nbytes = sum(p.numel() * p.element_size() for p in extra.parameters())
     nbytes -= sum(p.numel() * p.element_size() for p in small.parameters())
-    return CLIENT_GB + PARAMETER_COPIES * max(0, nbytes) / 1e9
+    return base + PARAMETER_COPIES * max(0, nbytes) / 1e9
 
 
 def need_gb(config: Config) -> float:
