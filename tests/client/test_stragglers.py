@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_heterogeneity import budgeted, events
+from tests.test_heterogeneity import budgeted, events, ring
 
 
 @pytest.mark.slow
@@ -30,3 +30,17 @@ def test_nobody_waits_for_a_marked_straggler_yet_its_state_still_arrives(tmp_pat
     assert merged_by_successor >= 1  # the straggler's pushes are merged when they come
     assert all(reports[r][1]["gather_wait_s"] < 0.5 for r in after)
     assert rounds[0] >= 3  # it still trains
+
+
+@pytest.mark.slow
+def test_every_client_draws_its_peers_from_the_same_speeds(tmp_path):
+    run = ring(
+        tmp_path,
+        {"compute": {"factors": [1, 1, 4, 4]}},
+        rounds=3,
+        topology={"kind": "dynamic", "degree": 1, "similarity": 2.0},
+    )
+    run.run(timeout_s=60)
+    views = [run.clients[c].core.current_view for c in range(4)]
+    assert len(views[0].speeds) == 4 and all(s > 0 for s in views[0].speeds)
+    assert all(v == views[0] for v in views)  # one view, so one draw, on every client
