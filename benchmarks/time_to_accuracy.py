@@ -13,7 +13,11 @@ fixed wall budget, in each arm:
 - ``async-s2`` / ``async-s1000``: at most 2 / 1000 rounds ahead of an in-neighbour;
 - ``async-s1000-w0.5``: as above, older states weighted (1 + s) ** -0.5 in the average;
 - ``sync-wait0.5s``: sync, but a round waits at most 0.5 s, then merges what arrived;
-- ``fedavg-lap``: ring FedAvg by lap, every member's exact average each round (server-style).
+- ``fedavg-lap``: ring FedAvg by lap, every member's exact average each round (server-style);
+- ``async-s1000-offpath``: async-s1000 with persistent stragglers taken off the critical path
+  (``schedule.straggler_factor`` 3 over the last 3 rounds): nobody waits for them;
+- ``dynamic-similar-speed``: async-s1000 on a dynamic topology (2 in-neighbours, re-drawn
+  every 2 rounds) that prefers peers of similar speed (``topology.similarity`` 2).
 
 Each run evaluates every client at wall-clock marks (``eval.every_s``); the client mean of
 each client's latest evaluation gives accuracy against time. Recorded per arm, mean and
@@ -50,6 +54,13 @@ ARMS: dict[str, dict[str, Any]] = {
     },
     "sync-wait0.5s": {"schedule": {"mode": "sync", "max_wait_s": 0.5}},
     "fedavg-lap": {"schedule": {"mode": "sync"}, "algorithm": {"name": "fedavg"}},
+    "async-s1000-offpath": {
+        "schedule": {"mode": "async", "max_staleness": 1000, "straggler_factor": 3.0},
+    },
+    "dynamic-similar-speed": {
+        "schedule": {"mode": "async", "max_staleness": 1000},
+        "topology": {"kind": "dynamic", "degree": 2, "resample_every": 2, "similarity": 2.0},
+    },
 }
 
 
@@ -126,6 +137,7 @@ def run_arm(args: argparse.Namespace, name: str, seed: int) -> dict[str, Any]:
     kinds = [e["kind"] for e in events]
     result["offline_periods"] = kinds.count("offline")
     result["wait_timeouts"] = kinds.count("wait_timeout")
+    result["straggler_marks"] = kinds.count("straggler")
     return result
 
 

@@ -26,7 +26,8 @@ Trace file (JSON), every part optional; client ids are the run's::
       "availability": {"3": [[10.0, 25.0], [60.0, 70.0]]}    # offline [from_s, to_s)
     }
 
-A trace's entries replace the drawn ones for the clients and links it names.
+A trace's entries replace the drawn ones for the clients and links it names. FedScale's
+published device traces convert to this format (``ring_actors/fedscale_trace.py``).
 """
 
 from __future__ import annotations

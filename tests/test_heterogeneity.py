@@ -149,6 +149,12 @@ def ring(tmp_path, heterogeneity, rounds=4, count=4, schedule=None, experiment=N
     return InProcessRing(config, client_data(count), CLASSES, SHAPE, tmp_path)
 
 
+def budgeted(tmp_path, heterogeneity, budget_s, **extra):
+    """A ring that runs as many rounds as fit in ``budget_s`` wall seconds."""
+    budget = {"time_budget_s": budget_s}
+    return ring(tmp_path, heterogeneity, rounds=10_000, experiment=budget, **extra)
+
+
 def events(run, kind):
     return [e for e in run.coordinator.results.events if e["kind"] == kind]
 
@@ -256,13 +262,7 @@ def test_an_offline_client_leaves_rejoins_and_keeps_what_it_held(tmp_path):
 
 @pytest.mark.slow
 def test_a_time_budget_ends_the_run_and_evaluates_at_wall_clock_marks(tmp_path):
-    run = ring(
-        tmp_path,
-        {},
-        rounds=10_000,
-        experiment={"time_budget_s": 4.0},
-        eval={"every": 10_000, "every_s": 1.0},
-    )
+    run = budgeted(tmp_path, {}, 4.0, eval={"every": 10_000, "every_s": 1.0})
     started = time.monotonic()
     run.run(timeout_s=60)
     assert time.monotonic() - started < 12.0
@@ -279,13 +279,7 @@ def test_a_wall_time_wait_bound_unpaces_the_ring_from_its_straggler(tmp_path):
     straggler = {"compute": {"factors": [40, 1, 1, 1]}}
     rounds = {}
     for wait in (None, 0.02):
-        run = ring(
-            tmp_path / str(wait),
-            straggler,
-            rounds=10_000,
-            experiment={"time_budget_s": 3.0},
-            schedule={"max_wait_s": wait},
-        )
+        run = budgeted(tmp_path / str(wait), straggler, 3.0, schedule={"max_wait_s": wait})
         run.run(timeout_s=60)
         rounds[wait] = [run.clients[c].core.completed + 1 for c in range(4)]
     paced, free = rounds[None], rounds[0.02]

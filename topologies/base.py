@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ring_actors.config import TopologySection
+
+# Seconds a round takes each member (measured, or its configured speed factor), by member id;
+# only ratios matter. Topologies that ignore speed ignore it.
+Speeds = Mapping[int, float]
 
 
 class Topology(Protocol):
@@ -15,13 +19,18 @@ class Topology(Protocol):
     Implementations are pure functions of their arguments (and a seed), so the coordinator and
     every client compute the same sets ahead of a round, and a dead member is never a neighbour
     because only live members are passed in. A client not in ``members`` has no neighbours.
+    ``speeds`` come with the view, the same on every client, so a topology may use them.
     """
 
-    def out_neighbours(self, members: Sequence[int], client: int, round_: int) -> list[int]:
+    def out_neighbours(
+        self, members: Sequence[int], client: int, round_: int, speeds: Speeds | None = None
+    ) -> list[int]:
         """Members that ``client`` sends to."""
         ...
 
-    def in_neighbours(self, members: Sequence[int], client: int, round_: int) -> list[int]:
+    def in_neighbours(
+        self, members: Sequence[int], client: int, round_: int, speeds: Speeds | None = None
+    ) -> list[int]:
         """Members that ``client`` listens to: the inverse of ``out_neighbours``."""
         ...
 
@@ -42,10 +51,14 @@ class RingOffsets:
         """Signed ring distances a client sends to when ``n`` members are live."""
         raise NotImplementedError
 
-    def out_neighbours(self, members: Sequence[int], client: int, round_: int) -> list[int]:
+    def out_neighbours(
+        self, members: Sequence[int], client: int, round_: int, speeds: Speeds | None = None
+    ) -> list[int]:
         return self._at(members, client, sign=1)
 
-    def in_neighbours(self, members: Sequence[int], client: int, round_: int) -> list[int]:
+    def in_neighbours(
+        self, members: Sequence[int], client: int, round_: int, speeds: Speeds | None = None
+    ) -> list[int]:
         return self._at(members, client, sign=-1)
 
     def _at(self, members: Sequence[int], client: int, sign: int) -> list[int]:

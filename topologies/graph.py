@@ -6,6 +6,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from topologies.base import Speeds
+
 if TYPE_CHECKING:
     from ring_actors.config import TopologySection
 
@@ -46,12 +48,16 @@ class Graph:
             raise ValueError("topology.edges: must be a path when kind is 'graph', got None")
         return cls(read_edges(section.edges))
 
-    def out_neighbours(self, members: Sequence[int], client: int, round_: int) -> list[int]:
+    def out_neighbours(
+        self, members: Sequence[int], client: int, round_: int, speeds: Speeds | None = None
+    ) -> list[int]:
         if client not in members:
             return []
         return [m for m in members if (client, m) in self.edges]
 
-    def in_neighbours(self, members: Sequence[int], client: int, round_: int) -> list[int]:
+    def in_neighbours(
+        self, members: Sequence[int], client: int, round_: int, speeds: Speeds | None = None
+    ) -> list[int]:
         if client not in members:
             return []
         return [m for m in members if (m, client) in self.edges]

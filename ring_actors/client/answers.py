@@ -123,7 +123,10 @@ class PeerAnswers(ClientState):
             fresh: set[int] = set()
             if last is not None:
                 pushes.extend([*self.recent_pushes, last])
-                targets = set(self.topology.out_neighbours(view.members, self.id, last.round))
+                peers = self.topology.out_neighbours(
+                    view.members, self.id, last.round, view.speed_of()
+                )
+                targets = set(peers)
                 fresh = targets - self.pushed_to
                 self.pushed_to |= fresh
         for target in sorted(fresh):

@@ -215,7 +215,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
                     break  # the time budget ran out while it waited
                 self.completed = round_
                 self.laps.forget_before(round_ - KEEP_ROUNDS)
-                self.inbox.forget_before(round_ - KEEP_ROUNDS)
+                self.inbox.forget_before(round_ - KEEP_ROUNDS, Channel.SHARE)
                 round_ += 1
             lost = self.outbox.drain(self.timeouts.drain_s)
             if lost:

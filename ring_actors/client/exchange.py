@@ -31,8 +31,9 @@ class Exchange(ClientState):
         """What to merge this round, after waiting as the schedule mode requires.
 
         sync: round r merges what the in-neighbours published after round r - 1; async:
-        never run more than ``max_staleness`` rounds ahead of an in-neighbour. With offers,
-        the method then decides what to pull, and only that crosses the network.
+        never run more than ``max_staleness`` rounds ahead of an in-neighbour. Nobody waits
+        for a member the view marks a straggler: what it pushed is merged once it is here.
+        With offers, the method then decides what to pull, and only that crosses the network.
         """
         schedule = self.config.schedule
         self.gather_wait_s = 0.0
@@ -43,12 +44,9 @@ class Exchange(ClientState):
 
         def senders() -> list[int]:
             view = self.current_view
-            active = set(view.active(round_ - 1))
-            return [
-                p
-                for p in self.topology.in_neighbours(view.members, self.id, round_ - 1)
-                if p in active
-            ]
+            awaited = set(view.active(round_ - 1)) - set(view.stragglers)
+            peers = self.topology.in_neighbours(view.members, self.id, round_ - 1, view.speed_of())
+            return [p for p in peers if p in awaited]
 
         def ready() -> bool:
             if schedule.mode == "sync":  # that very round: a later one may overtake it
@@ -139,7 +137,7 @@ class Exchange(ClientState):
                 num_samples=len(self.data.train),
                 channel=Channel.SHARE,
             )
-            targets = self.topology.out_neighbours(view.members, self.id, round_)
+            targets = self.topology.out_neighbours(view.members, self.id, round_, view.speed_of())
             self.last_push, self.pushed_to = payload, set(targets)
         for target in targets:
             self.outbox.send(target, payload)

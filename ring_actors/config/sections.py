@@ -203,10 +203,15 @@ class TopologySection:
     degree: int = 2  # dynamic: peers each client listens to per round
     resample_every: int = 1  # dynamic: rounds between re-draws of the peer sets
     edges: str | None = None  # graph: a file of "sender receiver" lines (client ids)
+    # dynamic: how strongly the draw prefers peers of similar speed (the view's seconds per
+    # round); 0: uniform. A peer twice as slow or fast is 2 ** -similarity as likely.
+    similarity: float = 0.0
 
     def __post_init__(self) -> None:
         kinds = "one of " + ", ".join(repr(kind) for kind in TOPOLOGIES)
         check(self.kind in TOPOLOGIES, "topology.kind", kinds, self.kind)
+        sim = self.similarity
+        check(sim >= 0, "topology.similarity", "a number >= 0 (0: uniform draw)", sim)
         check(self.degree >= 1, "topology.degree", "an int >= 1", self.degree)
         check(self.resample_every >= 1, "topology.resample_every", "an int >= 1")
         if self.kind == "graph":
@@ -238,8 +243,20 @@ class ScheduleSection:
     # (a staleness bound in wall time): a slow member no longer paces the ring. null: wait
     # as the mode says, up to the hop timeout.
     max_wait_s: float | None = None
+    # Persistent stragglers off the critical path: a member whose own round time (its round
+    # less its wait for in-neighbours), as the median of its last ``straggler_window``
+    # rounds, exceeds ``straggler_factor`` times the median member's is marked in the view,
+    # and nobody waits for it (its pushes are merged when they come); it is unmarked once
+    # it is back under. null: nobody is marked.
+    straggler_factor: float | None = None
+    straggler_window: int = 3
 
     def __post_init__(self) -> None:
+        factor = self.straggler_factor
+        allowed = "null (off) or a number > 1 (times the median member's round time)"
+        check(factor is None or factor > 1, "schedule.straggler_factor", allowed, factor)
+        window = self.straggler_window
+        check(window >= 1, "schedule.straggler_window", "an int >= 1 (rounds)", window)
         wait = self.max_wait_s
         check(wait is None or wait >= 0, "schedule.max_wait_s", "null or a number >= 0", wait)
         check(self.hop_timeout_s > 0, "schedule.hop_timeout_s", "a number > 0")

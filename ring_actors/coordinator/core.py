@@ -23,6 +23,7 @@ from ring_actors.coordinator.health import Health
 from ring_actors.coordinator.history import HistoryLog
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.outputs import RunOutputs
+from ring_actors.coordinator.pace import Pace
 from ring_actors.coordinator.progress import Progress
 from ring_actors.coordinator.recovery import Recovery
 from ring_actors.coordinator.results import Results
@@ -32,6 +33,7 @@ from ring_actors.delivery.transport import (
     ClientHandle,
     Readmission,
 )
+from ring_actors.heterogeneity import Heterogeneity
 from ring_actors.run_folder import RunFolder
 from ring_actors.timeouts import Timeouts
 
@@ -63,6 +65,14 @@ class CoordinatorCore(Recovery, RunOutputs):
         self.broadcast_epoch = -1
         self.saved_at = 0.0
         self.outputs_at, self.rows_written = 0.0, 0
+        schedule = config.schedule
+        factors = Heterogeneity(
+            config.heterogeneity, config.experiment.seed, config.total_clients
+        ).factors
+        self.pace = Pace(
+            schedule.straggler_factor, schedule.straggler_window, dict(enumerate(factors))
+        )
+        self.speeds_block = -1  # the block of rounds whose speeds the views carry
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -109,6 +119,7 @@ class CoordinatorCore(Recovery, RunOutputs):
             for client_id in self.table.live:
                 self.table.mark(client_id, MemberState.RUNNING)
                 self.health.heard(client_id)
+            self._watch_pace()  # the configured speeds, for the first view
             self.checkpoint(force=True)
             self._broadcast()
             for client_id in self.table.live:
@@ -207,6 +218,8 @@ class CoordinatorCore(Recovery, RunOutputs):
                 self._rejoin(client_id)
             self.table.seen(client_id, round_)
             self.health.heard(client_id)
+            if not self.results.has_round(client_id, round_):
+                self.pace.record(client_id, metrics)
             self.tracker.add_metrics(self.results.record_round(client_id, round_, metrics), round_)
 
     def report_event(
@@ -307,6 +320,7 @@ class CoordinatorCore(Recovery, RunOutputs):
             self._settle_probes,
             self._start_probes,
             self._watch_rounds,
+            self._watch_pace,
             self._reconcile_views,
             self._settle_heals,
             self._log_round_means,
@@ -350,8 +364,28 @@ class CoordinatorCore(Recovery, RunOutputs):
             self._mark_dead(client_id, EventKind.HANG, f"no round finished in {limit:g} s")
             self.health.hung.add(client_id)
 
+    def _watch_pace(self) -> None:
+        """Mark and unmark stragglers (each an event), and refresh the speeds the views
+        carry once per block of ``topology.resample_every`` rounds when a topology samples
+        by them; either change bumps the epoch, so the next step broadcasts it."""
+        live = self.table.live
+        before = self.table.stragglers
+        now = self.pace.stragglers(live, before)
+        ring_s = self.pace.ring_median_s(live) or 0.0
+        for client_id in sorted(now ^ before):
+            kind = EventKind.STRAGGLER if client_id in now else EventKind.STRAGGLER_CLEARED
+            own_s = self.pace.median_s(client_id) or 0.0
+            detail = f"own round {own_s:.3g} s, the median member's {ring_s:.3g} s"
+            round_ = self.table.members[client_id].last_round
+            self._event(kind, client_id, round_, detail, own_s=own_s, ring_s=ring_s)
+        speeds = self.table.speeds
+        block = max(0, self._newest_trained()) // self.config.topology.resample_every
+        if self.config.topology.similarity > 0 and block != self.speeds_block:
+            speeds, self.speeds_block = self.pace.speeds(live), block
+        self.table.set_pace(now, speeds)
+
     def _reconcile_views(self) -> None:
-        """Broadcast new views only when the live set changed (after checkpointing it)."""
+        """Broadcast a new view only when the epoch moved (after checkpointing it)."""
         if self.table.epoch != self.broadcast_epoch:
             self.checkpoint(force=True)
             self._broadcast()

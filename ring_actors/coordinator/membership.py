@@ -41,6 +41,15 @@ class View:
     epoch: int
     members: tuple[int, ...]
     first_rounds: tuple[int, ...]  # per member: the first round it trains (joiners start late)
+    # Members nobody waits for (``schedule.straggler_factor``); they still send and receive.
+    stragglers: tuple[int, ...] = ()
+    # Per member: seconds per round, measured (or the configured speed factor before any
+    # round is measured); empty when neither is known. Topologies may sample by it.
+    speeds: tuple[float, ...] = ()
+
+    def speed_of(self) -> dict[int, float]:
+        """Each member's seconds per round, by id (empty when unknown)."""
+        return dict(zip(self.members, self.speeds, strict=False))
 
     def successor(self, client_id: int) -> int | None:
         """The next live member in ring order (the ring laps' path); None when alone."""
@@ -55,7 +64,8 @@ class View:
 
 
 class MembershipTable:
-    """Members in ring order; every change to the live set bumps the epoch.
+    """Members in ring order; every change to the live set, the stragglers or the speeds
+    bumps the epoch (so that every client acts on the same view).
 
     Pure bookkeeping with no Ray calls, so the state machine is testable on its own.
     """
@@ -64,6 +74,8 @@ class MembershipTable:
         self.members: dict[int, Member] = {}
         self.order: list[int] = []
         self.epoch = 0
+        self.stragglers: frozenset[int] = frozenset()
+        self.speeds: dict[int, float] = {}
 
     def add(
         self, client_id: int, node_id: str = "", after: int | None = None, first_round: int = 0
@@ -101,6 +113,14 @@ class MembershipTable:
         self.order.insert(self.order.index(after) + 1, client_id)
         self.epoch += 1
 
+    def set_pace(self, stragglers: frozenset[int], speeds: dict[int, float]) -> bool:
+        """New stragglers or speeds for the views; True when they changed (epoch bumped)."""
+        if stragglers == self.stragglers and speeds == self.speeds:
+            return False
+        self.stragglers, self.speeds = stragglers, dict(speeds)
+        self.epoch += 1
+        return True
+
     def is_live(self, client_id: int) -> bool:
         """Live members take part in the ring (a finished member still receives)."""
         return self.members[client_id].state != MemberState.DEAD
@@ -115,6 +135,8 @@ class MembershipTable:
             epoch=self.epoch,
             members=tuple(live),
             first_rounds=tuple(self.members[c].first_round for c in live),
+            stragglers=tuple(c for c in live if c in self.stragglers),
+            speeds=tuple(self.speeds[c] for c in live) if set(live) <= set(self.speeds) else (),
         )
 
     def to_record(self) -> dict[str, Any]:

@@ -27,6 +27,9 @@ class EventKind(str, enum.Enum):
     LEAVE = "leave"
     COMPUTE_DELAY = "compute_delay"
     LINK_DELAY = "link_delay"
+    # a persistent straggler taken off (and put back on) the ring's critical path
+    STRAGGLER = "straggler"
+    STRAGGLER_CLEARED = "straggler_cleared"
     # the run
     RUN_RESUMED = "run_resumed"
     RUN_STOPPED = "run_stopped"

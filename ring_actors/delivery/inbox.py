@@ -91,12 +91,21 @@ class Inbox:
                     return False
                 self._cond.wait(min(0.05, remaining))
 
-    def forget_before(self, round_: int) -> None:
+    def forget_before(self, round_: int, keep_newest: str | None = None) -> None:
         """Drop what is older than ``round_``, so a long run's memory stays flat; a late
-        duplicate of such a round is then superseded by newer payloads at ``take``."""
+        duplicate of such a round is then superseded by newer payloads at ``take``. On
+        channel ``keep_newest``, each sender's newest waiting payload stays however old:
+        a straggler's state is merged late rather than never."""
         with self._cond:
-            self._seen = {k for k in self._seen if k[1] >= round_}
-            self._items = [p for p in self._items if p.round >= round_]
+            newest: dict[int, Payload] = {}
+            for p in self._items:
+                mine = p.channel == keep_newest
+                if mine and (p.sender not in newest or p.round >= newest[p.sender].round):
+                    newest[p.sender] = p
+            kept = {id(p) for p in newest.values()}
+            kept_keys = {p.key for p in newest.values()}
+            self._seen = {k for k in self._seen if k[1] >= round_ or k in kept_keys}
+            self._items = [p for p in self._items if p.round >= round_ or id(p) in kept]
 
     def __len__(self) -> int:
         with self._cond:

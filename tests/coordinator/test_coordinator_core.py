@@ -55,12 +55,13 @@ class ScriptedClient:
         self.handed_to.append(joiner)
 
 
-def make(tmp_path, clients=3, find=None, **schedule):
+def make(tmp_path, clients=3, find=None, sections=None, **schedule):
     config = config_from_dict(
         {
             "experiment": {"rounds": 5},
             "clients": {"count": clients},
             "schedule": {"hop_timeout_s": 0.3, "heartbeat_s": 0.05, **schedule},
+            **(sections or {}),
         }
     )
     handles = {c: ScriptedClient(c) for c in range(clients + 1)}

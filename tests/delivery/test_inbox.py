@@ -138,3 +138,14 @@ def test_wait_times_out_and_keeps_calling_tick():
     assert not ok
     assert 0.2 <= elapsed < 3.0
     assert len(ticks) >= 2
+
+
+def test_forgetting_old_rounds_keeps_each_senders_newest_share_however_old():
+    """A straggler's push that lands many rounds late is still merged, not forgotten."""
+    inbox = Inbox()
+    for payload in (msg(1, 2), msg(1, 3), msg(2, 9), msg(1, 2, kind="lap")):
+        inbox.put(payload)
+    inbox.forget_before(8, keep_newest=Channel.SHARE)
+    assert [(p.sender, p.round) for p in inbox.take("share")] == [(1, 3), (2, 9)]
+    assert inbox.peek(lambda p: p.channel == Channel.LAP) == []  # other channels: forgotten
+    assert not inbox.put(msg(1, 3))  # a duplicate of the kept one is still recognised
