@@ -23,7 +23,9 @@ Each run evaluates every client at wall-clock marks (``eval.every_s``); the clie
 each client's latest evaluation gives accuracy against time. Recorded per arm, mean and
 spread over seeds: wall time to reach the Global-T and Local-T targets, accuracy at the end
 of the run (a round begun within the budget is finished, so a run ends a round after it), and
-rounds completed per client (mean, fewest, most).
+rounds completed per client (mean, fewest, most). ``--mlflow-uri`` logs each run's accuracy
+against wall time (the step is the second of the run) and the table, figure and raw runs as a
+report run, in the experiment ``time_to_accuracy``.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ import torch
 
 from ring_actors.config import apply_overrides, config_from_dict
 from ring_actors.in_process import InProcessRing
+from ring_actors.report.mlflow_io import log_report
 
 RESULTS = Path(__file__).parent / "results"
+EXPERIMENT = "time_to_accuracy"
 
 ARMS: dict[str, dict[str, Any]] = {
     "sync": {"schedule": {"mode": "sync"}},
@@ -205,6 +209,27 @@ def figure(results: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def log_to_mlflow(uri: str, results: list[dict[str, Any]], files: list[Path]) -> None:
+    """One MLflow run per arm and seed (accuracy by second of wall time), then the report."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(EXPERIMENT)
+    experiment_id = found.experiment_id if found else client.create_experiment(EXPERIMENT)
+    for r in results:
+        run_id = client.create_run(experiment_id, run_name=f"{r['arm']} seed {r['seed']}").info
+        metrics = [
+            Metric(key, acc, 0, round(t))
+            for key in ("global_acc", "local_acc")
+            for t, acc in r[f"{key}_curve"]
+        ]
+        params = [Param("arm", r["arm"]), Param("seed", str(r["seed"]))]
+        client.log_batch(run_id.run_id, metrics=metrics, params=params)
+        client.set_terminated(run_id.run_id)
+    log_report(uri, EXPERIMENT, files)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=12)
@@ -217,6 +242,7 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=RESULTS / "time_to_accuracy.json")
+    parser.add_argument("--mlflow-uri", help="log the runs and the report to this MLflow store")
     parser.add_argument("overrides", nargs="*", help="dotted overrides: algorithm.lr=0.01 ...")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -229,8 +255,13 @@ def main() -> None:
             args.out.write_text(
                 json.dumps({"args": vars(args) | {"out": str(args.out)}, "runs": results})
             )
-    print(table(results, args))
+    summary = table(results, args)
+    print(summary)
     figure(results, args.out.with_suffix(".png"))
+    args.out.with_suffix(".md").write_text(summary + "\n")
+    if args.mlflow_uri:
+        files = [args.out.with_suffix(suffix) for suffix in (".json", ".png", ".md")]
+        log_to_mlflow(args.mlflow_uri, results, files)
 
 
 if __name__ == "__main__":
