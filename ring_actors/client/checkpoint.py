@@ -74,9 +74,10 @@ class Checkpointing(ClientState):
         waiting = self.outbox.unacknowledged_payloads(Channel.SHARE)
         with self.lock:
             last = self.last_push
-            # What peers a round behind still ask for after a restart: the pulls of what
-            # was published, the push's targets, the laps' totals.
-            published, pushed_to = dict(self.published), sorted(self.pushed_to)
+            # What peers a round behind still ask for after a restart: pulls of what was
+            # published, and the laps' totals. Not ``pushed_to``: a restarted client's sends
+            # are unacknowledged again, so it re-sends its pushes to every out-neighbour.
+            published = dict(self.published)
         older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
         pushes = [*older.values(), *([last] if last else [])]  # restored as ``last_push``
         state = {
@@ -86,7 +87,6 @@ class Checkpointing(ClientState):
             "journal": self.journal(),
             "pushes": pushes,
             "published": published,
-            "pushed_to": pushed_to,
             "laps": self.laps.kept(),
             "torch_rng": torch.get_rng_state(),
         }
@@ -107,7 +107,7 @@ class Checkpointing(ClientState):
         self.first_round = saved["first_round"]
         self.journal_entries = [JournalEntry.from_dict(e) for e in saved["journal"]]
         *self.recent_pushes, self.last_push = saved["pushes"] or [None]
-        self.published, self.pushed_to = saved["published"], set(saved["pushed_to"])
+        self.published = saved["published"]
         self.laps.restore(saved["laps"])
         torch.set_rng_state(saved["torch_rng"])
         assert self.spool is not None

@@ -124,7 +124,6 @@ def test_what_peers_a_round_behind_ask_for_is_there_after_a_restart(tmp_path):
     total = {"x": torch.tensor([7.0], dtype=torch.float64)}
     before.laps.results[("avg", 2)] = LapResult(total, (0, 1, 2))
     before.published[2] = {"w": torch.arange(3.0)}
-    before.pushed_to = {1}
     before.save_checkpoint(2)
 
     after = checkpointing_core(path)
@@ -134,4 +133,3 @@ def test_what_peers_a_round_behind_ask_for_is_there_after_a_restart(tmp_path):
     assert torch.equal(kept.total["x"], total["x"])
     pulled = after.serve(2, ("w",))
     assert pulled is not None and torch.equal(pulled.tensors["w"], torch.arange(3.0))
-    assert after.pushed_to == {1}
