@@ -97,6 +97,7 @@ class Run:
     # ---- the choices --------------------------------------------------------------------
 
     def choices(self) -> list[Choice]:
+        """Every step open now: one entry per distinct queued message and event left."""
         left = {k: v - self.used.get(k, 0) for k, v in BUDGET.items()}
         with self.net.lock:
             queued = [describe(t, p) for t, p, _ in self.net.queue]
