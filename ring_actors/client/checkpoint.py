@@ -74,6 +74,10 @@ class Checkpointing(ClientState):
         waiting = self.outbox.unacknowledged_payloads(Channel.SHARE)
         with self.lock:
             last = self.last_push
+            # What peers a round behind still ask for after a restart: pulls of what was
+            # published, and the laps' totals. Not ``pushed_to``: a restarted client's sends
+            # are unacknowledged again, so it re-sends its pushes to every out-neighbour.
+            published = dict(self.published)
         older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
         pushes = [*older.values(), *([last] if last else [])]  # restored as ``last_push``
         state = {
@@ -82,6 +86,8 @@ class Checkpointing(ClientState):
             "algorithm": self.algorithm,
             "journal": self.journal(),
             "pushes": pushes,
+            "published": published,
+            "laps": self.laps.kept(),
             "torch_rng": torch.get_rng_state(),
         }
         write_atomic(path, lambda file: torch.save(state, file))
@@ -101,6 +107,8 @@ class Checkpointing(ClientState):
         self.first_round = saved["first_round"]
         self.journal_entries = [JournalEntry.from_dict(e) for e in saved["journal"]]
         *self.recent_pushes, self.last_push = saved["pushes"] or [None]
+        self.published = saved["published"]
+        self.laps.restore(saved["laps"])
         torch.set_rng_state(saved["torch_rng"])
         assert self.spool is not None
         for payload in self.spool.load(self.device):  # acknowledged before the crash

@@ -234,13 +234,24 @@ class RingLaps:
                 )
                 return None
             host.inbox.wait(
-                lambda: (
+                lambda epoch=view.epoch: (
                     self.result(name, round_) is not None
                     or bool(host.inbox.peek(lambda p: _token_of(p, name, round_)))
+                    or host.current_view.epoch != epoch  # a new leader starts at once
                 ),
                 0.25,
                 host.tick,
             )
+
+    def kept(self) -> dict[tuple[str, int], LapResult]:
+        """Every result still held: a checkpoint keeps them, for the members a round behind
+        that fetch a total or hand a late token theirs after a restart."""
+        with self.lock:
+            return dict(self.results)
+
+    def restore(self, results: dict[tuple[str, int], LapResult]) -> None:
+        with self.lock:
+            self.results.update(results)
 
     def forget_before(self, round_: int) -> None:
         """Drop results older than ``round_``: the ring never needs them again."""

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ring_actors.client.core import ClientCore, ClientData
-from ring_actors.config import config_from_dict
+from ring_actors.config import Config, config_from_dict
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.transport import PeerGone, PeerUnavailable
@@ -46,8 +46,8 @@ class Net:
         self.crashed: set[int] = set()
         self.delivered = 0
 
-    def handle(self, target: int) -> Handle:
-        return Handle(self, target)
+    def handle(self, target: int, sender: int) -> Handle:
+        return Handle(self, target, sender)
 
     def step(self, action: str, pick: int) -> None:
         with self.lock:
@@ -78,13 +78,16 @@ def settle(answer: Future, value: bool = False, error: Exception | None = None) 
 
 
 class Handle:
-    def __init__(self, net: Net, target: int) -> None:
-        self.net, self.target = net, target
+    def __init__(self, net: Net, target: int, sender: int) -> None:
+        self.net, self.target, self.sender = net, target, sender
 
     def receive(self, payload: Payload) -> Future:
         answer: Future = Future()
         with self.net.lock:
-            self.net.queue.append((self.target, payload, answer))
+            if self.sender in self.net.crashed:  # a dead member sends nothing more
+                answer.set_exception(PeerGone(f"client {self.sender}"))
+            else:
+                self.net.queue.append((self.target, payload, answer))
         return answer
 
     def lap_result(self, name: str, round_: int) -> Future:
@@ -106,14 +109,20 @@ CONFIG = config_from_dict(
 METHODS = {m: build_algorithm(CONFIG, m, 4, SHAPE, torch.device("cpu")) for m in range(4)}
 
 
-def ring(members: int) -> tuple[Net, View]:
+def ring(members: int, config: Config = CONFIG) -> tuple[Net, View]:
     net = Net()
     view = View(1, tuple(range(members)), (0,) * members)
     for m in range(members):
-        net.cores[m] = ClientCore(m, CONFIG, METHODS[m], ClientData(DATA, DATA, DATA), Reports())
+        net.cores[m] = ClientCore(m, config, METHODS[m], ClientData(DATA, DATA, DATA), Reports())
     for m in range(members):
-        net.cores[m].set_view(view, {p: net.handle(p) for p in range(members) if p != m})
+        adopt(net, m, view)
     return net, view
+
+
+def adopt(net: Net, member: int, view: View) -> None:
+    """``member`` takes ``view``, with a handle to each other member of it."""
+    handles = {p: net.handle(p, member) for p in view.members if p != member}
+    net.cores[member].set_view(view, handles)
 
 
 def contribution(member: int) -> dict[str, torch.Tensor]:
@@ -147,8 +156,7 @@ def run_schedule(members: int, schedule: list[tuple[str, int]]) -> dict:
                 (0,) * (len(view.members) - 1),
             )
             for m in view.members:
-                handles = {p: net.handle(p) for p in view.members if p != m}
-                net.cores[m].set_view(view, handles)
+                adopt(net, m, view)
         elif action == "wait":
             time.sleep(HOP_S * (pick % 3))
         else:
@@ -238,7 +246,7 @@ def test_a_new_leaders_token_is_not_taken_for_a_duplicate_of_the_old_leaders():
     net.crashed.add(1)  # the leader dies; member 2 leads in the new view
     new = View(2, (0, 2, 3), (0, 0, 0))
     for m in new.members:
-        net.cores[m].set_view(new, {p: net.handle(p) for p in new.members if p != m})
+        adopt(net, m, new)
     with net.lock:  # the old epoch's tokens are gone with it
         net.queue = [(t, p, a) for t, p, a in net.queue if p.channel != Channel.LAP]
     deliver_until(net, lambda: lap_tokens(net, sender=2, leader=2))
@@ -274,7 +282,7 @@ def test_a_result_of_an_older_epoch_from_a_bypassed_leader_is_refused():
     net, _ = ring(4)
     new = View(2, (0, 2, 3), (0, 0, 0))  # 1 was bypassed
     member = net.cores[2]
-    member.set_view(new, {p: net.handle(p) for p in new.members if p != 2})
+    adopt(net, 2, new)
     member.receive(result_token(1, 1, (1, 2), sender=3))  # passed on by a live member
     assert member.lap_result(LAP, ROUND) is None
 

@@ -9,6 +9,7 @@ import torch
 
 from ring_actors.client.core import ClientCore
 from ring_actors.client.resources import ClientData
+from ring_actors.client.ring_lap import LapResult
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.membership import View
 from ring_actors.delivery.payloads import Payload
@@ -113,3 +114,22 @@ def test_a_push_the_spool_could_not_keep_is_refused_whole_and_taken_when_resent(
     assert client.receive(push)  # the re-send is not mistaken for a duplicate
     assert [(p.sender, p.round) for p in client.inbox.peek(lambda p: True)] == [(2, 0)]
     assert len(list(client.spool.directory.glob("*.pt"))) == 1
+
+
+def test_what_peers_a_round_behind_ask_for_is_there_after_a_restart(tmp_path):
+    """A restarted client answers a lap's total and a pull of what it published as it
+    would have: peers that resumed a round behind it still ask for both."""
+    path = tmp_path / "client-0.pt"
+    before = checkpointing_core(path)
+    total = {"x": torch.tensor([7.0], dtype=torch.float64)}
+    before.laps.results[("avg", 2)] = LapResult(total, (0, 1, 2))
+    before.published[2] = {"w": torch.arange(3.0)}
+    before.save_checkpoint(2)
+
+    after = checkpointing_core(path)
+    assert after.load_checkpoint() == 2
+    kept = after.lap_result("avg", 2)
+    assert kept is not None and kept.contributors == (0, 1, 2)
+    assert torch.equal(kept.total["x"], total["x"])
+    pulled = after.serve(2, ("w",))
+    assert pulled is not None and torch.equal(pulled.tensors["w"], torch.arange(3.0))
