@@ -209,6 +209,9 @@ class TopologySection:
                 raise ConfigError(f"topology.edges: {err}") from err
 
 
+ExchangeMode = Literal["normal", "none", "noise"]
+
+
 @dataclass(frozen=True)
 class ScheduleSection:
     mode: Literal["sync", "async"] = "sync"
@@ -228,6 +231,10 @@ class ScheduleSection:
     # (a staleness bound in wall time): a slow member no longer paces the ring. null: wait
     # as the mode says, up to the hop timeout.
     max_wait_s: float | None = None
+    # What a client merges of what it receives: ``normal``; ``none`` merges nothing and runs
+    # no laps (every client alone: the isolation control); ``noise`` merges Gaussian noise
+    # with each received floating tensor's mean and std (does what travels matter?).
+    exchange: ExchangeMode = "normal"
 
     def __post_init__(self) -> None:
         wait = self.max_wait_s
@@ -252,9 +259,12 @@ class EvalSection:
     # Also evaluate at the end of the first round after each multiple of this many wall
     # seconds (accuracy against time); null: by round only.
     every_s: float | None = None
+    # Also evaluate each of the last this many rounds (figures averaged over a run's end).
+    last_rounds: int = 1
 
     def __post_init__(self) -> None:
         check(self.every >= 1, "eval.every", "an int >= 1", self.every)
+        check(self.last_rounds >= 1, "eval.last_rounds", "an int >= 1", self.last_rounds)
         check(self.every_s is None or self.every_s > 0, "eval.every_s", "null or a number > 0")
         cap = self.global_max_samples
         check(cap is None or cap >= 1, "eval.global_max_samples", "null or an int >= 1", cap)
