@@ -1,16 +1,17 @@
-"""Every method against ``local`` and the averaging baselines, in-process and without Ray.
+"""Every method against ``local`` and the averaging baselines, on the in-process ring.
 
     python -m benchmarks.fidelity --methods local dfedavg fedavg drdfl gene_fl ua_pdfl pfedgm \
         --clients 10 --samples 250 --partition shard:2 --rounds 20 --seeds 0 1 2
 
-The simulator drives the same ``Algorithm`` classes with the runtime's sync semantics, so many
-methods and seeds fit on two CPUs: round r merges what the in-neighbours published after round
-r - 1 (pushes, or offers, a ``decide`` and pulls), every client trains, each lap of
-``laps(r)`` is the exact key-wise sum over all clients (the contributors are those that added
-anything), and the evaluation comes after training and laps, as in ``ClientActor``. Every
-method sees the same partitions and seeds. ``--exchange none`` or ``noise`` replaces what
-crosses the network (nothing merged and no laps, or Gaussian noise with each tensor's mean and
-std): the controls that tell whether what travels matters.
+Each run is the real client and coordinator cores over the in-memory transport
+(``ring_actors.in_process``) in sync mode, so many methods and seeds fit on two CPUs and
+every change to the client core reaches these figures. Every method sees the same
+partitions and seeds; each client's Local-T is a seeded ``--local-max`` subset of its test
+split. The per-round records come from the coordinator's rows (evaluated every
+``--eval-every`` rounds and each of the last ``--last``); the shared-state spread from the
+clients after the run. ``--exchange none`` or ``noise`` is the run's ``schedule.exchange``
+(nothing merged and no laps, or Gaussian noise with each tensor's mean and std in place of
+what arrived): the controls that tell whether what travels matters.
 
 A method may carry option overrides after a colon: ``gene_fl:lambda1=0.05,participation=1``;
 keys starting with ``@`` change the setting for that method only: ``drdfl:@exchange=none``,
@@ -32,7 +33,7 @@ import dataclasses
 import json
 import statistics
 import sys
-import time
+import tempfile
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,21 +43,23 @@ import numpy as np
 import torch
 
 from benchmarks.common import RESULTS
-from ring_actors.algorithms import Algorithm, TaskSpec
-from ring_actors.client.ring_lap import accumulate
-from ring_actors.config import Config, TopologySection, config_from_dict
-from ring_actors.data.client_splits import global_test_indices, split_for
-from ring_actors.data.images import LabelledImages
+from ring_actors.client.resources import ClientData
+from ring_actors.config import Config, config_from_dict
+from ring_actors.data.client_splits import global_test_set, split_for
+from ring_actors.data.partition import ClientSplit
 from ring_actors.data.partition_file import partition_digest, save_partition
 from ring_actors.data.sources import DatasetArrays, load_dataset
-from ring_actors.delivery.payloads import Payload
-from ring_actors.method_factory import client_seed
+from ring_actors.in_process import InProcessRing
+from ring_actors.method_factory import client_data
 from ring_actors.plugins.methods import resolve_algorithm
 from ring_actors.report.figures import accuracy_curves
 from ring_actors.report.mlflow_io import log_report
 from ring_actors.report.runs import EvalRow, Run
 from ring_actors.report.tables import build_table
-from topologies import build_topology
+
+RUN_TIMEOUT_S = 3600.0  # one run's bound: a stuck ring fails the benchmark, never hangs it
+EVALUATED = ("local_", "global_", "diag_")  # a row's evaluation keys; the rest are metrics
+ROW_KEYS = ("client", "round", "time_s")  # where and when, not what was measured
 
 
 @dataclass(frozen=True)
@@ -78,17 +81,6 @@ class Setting:
     global_max: int = 1000
     local_max: int = 300  # a seeded subset of each client's test split, to save time
     exchange: str = "normal"
-
-
-@dataclass
-class Client:
-    """One simulated client: its method object and its data."""
-
-    id: int
-    algorithm: Algorithm
-    train: LabelledImages
-    local_test: LabelledImages
-    bytes_sent: float = 0.0
 
 
 def parse_method(spec: str, setting: Setting) -> tuple[str, dict[str, object], Setting]:
@@ -122,178 +114,86 @@ def _coerce(text: str, hint: object) -> object:
     return text
 
 
-def build_clients(
-    name: str, overrides: dict[str, object], setting: Setting, arrays: DatasetArrays, seed: int
-) -> tuple[list[Client], LabelledImages]:
-    """Each client's method object and data, seeded exactly as ``ClientActor`` seeds them."""
-    splits = split_for(run_config(setting, seed), arrays)
-
-    def images(x: np.ndarray, y: np.ndarray) -> LabelledImages:
-        return LabelledImages.from_arrays(x, y, arrays.mean, arrays.std)
-
-    options = resolve_algorithm(name).Options(**overrides)
-    clients = []
+def ring_data(setting: Setting, arrays: DatasetArrays, seed: int) -> list[ClientData]:
+    """Each client's data as a run of ``setting`` has it, its local test split cut to a
+    seeded subset of ``local_max`` samples to save time."""
+    config = run_config(setting, seed)
+    splits = split_for(config, arrays)
+    global_test = global_test_set(config, arrays, splits)
+    data = []
     for i, split in enumerate(splits):
-        task = TaskSpec(
-            num_classes=arrays.num_classes,
-            input_shape=arrays.input_shape,
-            local_epochs=setting.local_epochs,
-            batch_size=setting.batch_size,
-            device=torch.device("cpu"),
-            seed=client_seed(seed, i),
-            shared_seed=seed,
-        )
-        algorithm = resolve_algorithm(name)(options, task)
-        train = images(arrays.train_x[split.train], arrays.train_y[split.train])
-        rng = np.random.default_rng([seed, i])
         tests = split.test
         if len(tests) > setting.local_max:
+            rng = np.random.default_rng([seed, i])
             tests = np.sort(rng.choice(tests, size=setting.local_max, replace=False))
-        test = images(arrays.test_x[tests], arrays.test_y[tests])
-        clients.append(Client(i, algorithm, train, test))
-    glob = global_test_indices(splits, setting.global_max, seed)
-    return clients, images(arrays.test_x[glob], arrays.test_y[glob])
+        own = ClientSplit(split.train, tests)
+        data.append(client_data(arrays, own, global_test, torch.device("cpu")))
+    return data
 
 
-def _nbytes(tensors: dict[str, torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
-def _snapshot(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in tensors.items()}
-
-
-def _noise_like(tensors: dict[str, torch.Tensor], gen: torch.Generator) -> dict[str, torch.Tensor]:
-    """Gaussian noise with each floating tensor's own mean and std (others kept)."""
-    out = {}
-    for key, value in tensors.items():
-        if value.is_floating_point() and value.numel() > 1:
-            noise = torch.randn(value.shape, generator=gen)
-            out[key] = value.mean() + value.std() * noise
-        else:
-            out[key] = value
-    return out
-
-
-def _gather(
-    client: Client,
-    round_: int,
-    members: list[int],
-    topology,
-    published: dict[int, tuple[dict, dict]],
-    clients: list[Client],
-) -> list[Payload]:
-    """What ``client`` merges in ``round_``: pushes, or offers then the decided pulls."""
-    senders = topology.in_neighbours(members, client.id, round_ - 1)
-    arrived = []
-    for s in senders:
-        shared, offer = published[s]
-        tensors = offer if offer is not None else shared
-        if tensors:
-            arrived.append(Payload(s, round_ - 1, 0, round_ - 1, tensors, len(clients[s].train)))
-    if not arrived or published[client.id][1] is None:
-        return arrived
-    plan = client.algorithm.decide(arrived)
-    pulled = []
-    for sender, keys in plan.items():
-        if not keys:
-            continue
-        shared = published[sender][0]
-        part = {k: shared[k] for k in keys}
-        clients[sender].bytes_sent += _nbytes(part)
-        pulled.append(Payload(sender, round_ - 1, 0, round_ - 1, part, len(clients[sender].train)))
-    return pulled
-
-
-def _lap(clients: list[Client], name: str, round_: int) -> None:
-    """One lap: the exact sum over every client, handed to all; bytes as the two ring passes."""
-    total: dict[str, torch.Tensor] = {}
-    contributors = []
-    for client in clients:
-        contribution = client.algorithm.contribute(name, round_)
-        if contribution:
-            accumulate(total, contribution)
-            contributors.append(client.id)
-        client.bytes_sent += _nbytes(total)  # the token it forwards
-    size = _nbytes(total)
-    for client in clients:
-        client.bytes_sent += size  # the result it forwards on the second pass
-        client.algorithm.apply_lap(name, round_, dict(total), list(contributors))
-
-
-def simulate(
+def run_ring(
     name: str, overrides: dict[str, object], setting: Setting, arrays: DatasetArrays, seed: int
 ) -> dict:
-    """One run; returns per-evaluated-round client accuracies and bytes."""
+    """One run on the in-process ring (the real cores, sync mode); per evaluated round,
+    each client's accuracies, prediction paths, diagnostics, metrics and MB sent, read
+    from the coordinator's rows."""
     torch.manual_seed(seed)
-    clients, global_test = build_clients(name, overrides, setting, arrays, seed)
-    members = [c.id for c in clients]
-    section = TopologySection(kind=setting.topology, degree=setting.degree)
-    topology = build_topology(section, seed)
-    noise = torch.Generator().manual_seed(seed)
-    published: dict[int, tuple[dict, dict | None]] = {}
-    rounds, train_s = [], 0.0
-    for round_ in range(setting.rounds):
-        started = time.monotonic()
-        for c in clients:
-            c.bytes_sent = 0.0
-        if round_ > 0 and setting.exchange != "none":
-            received = [_gather(c, round_, members, topology, published, clients) for c in clients]
-        else:
-            received = [[] for _ in clients]
-        metrics = []
-        for client, payloads in zip(clients, received, strict=True):
-            if setting.exchange == "noise":
-                payloads = [
-                    dataclasses.replace(p, tensors=_noise_like(p.tensors, noise)) for p in payloads
-                ]
-            client.algorithm.merge(payloads)
-            metrics.append(client.algorithm.train_round(client.train))
-        if setting.exchange != "none":
-            for lap in clients[0].algorithm.laps(round_):
-                _lap(clients, lap, round_)
-        train_s += time.monotonic() - started
-        for client in clients:
-            shared = _snapshot(client.algorithm.shared_state())
-            offer = client.algorithm.offer()
-            offer = None if offer is None else _snapshot(offer)
-            published[client.id] = (shared, offer)
-            out = len(topology.out_neighbours(members, client.id, round_))
-            if setting.exchange != "none":
-                client.bytes_sent += out * _nbytes(offer if offer is not None else shared)
-        evaluated = round_ % setting.eval_every == setting.eval_every - 1
-        if evaluated or round_ >= setting.rounds - setting.last:
-            local = [c.algorithm.evaluate(c.local_test) for c in clients]
-            glob = [c.algorithm.evaluate(global_test) for c in clients]
-            rounds.append(
-                {
-                    "round": round_,
-                    "local": [scores["acc"] for scores in local],
-                    "global": [scores["acc"] for scores in glob],
-                    "mb_sent": [c.bytes_sent / 1e6 for c in clients],
-                    "train_metrics": _mean_metrics(metrics),
-                    "client_metrics": metrics,
-                    # every prediction path a method has (DRDFL: acc, acc_decoder, acc_gmm)
-                    "local_paths": _by_key(local),
-                    "global_paths": _by_key(glob),
-                    "diagnostics": _by_key(
-                        [c.algorithm.diagnostics(c.local_test) for c in clients]
-                    ),
-                    "shared_spread": shared_spread([published[c.id][0] for c in clients]),
-                }
-            )
+    config = run_config(setting, seed, name, overrides)
+    with tempfile.TemporaryDirectory(prefix="fidelity-") as folder:
+        ring = InProcessRing(
+            config, ring_data(setting, arrays, seed), arrays.num_classes, arrays.input_shape,
+            Path(folder),
+        )  # fmt: skip
+        summary = ring.run(timeout_s=RUN_TIMEOUT_S)
+    if summary["rounds_completed"] != setting.rounds:
+        raise RuntimeError(f"{name} seed {seed}: the ring stopped early: {summary}")
+    rounds = round_records(ring.coordinator.results.rows)
+    # the clients' shared state after the last round, as they published it
+    rounds[-1]["shared_spread"] = shared_spread(
+        [ring.clients[c].core.algorithm.shared_state() for c in sorted(ring.clients)]
+    )
     return {
         "method": name,
         "overrides": overrides,
         "seed": seed,
-        "train_s": train_s,
+        "train_s": summary["wall_s"],
         "rounds": rounds,
     }
 
 
-def _by_key(rows: list[dict[str, float]]) -> dict[str, list[float]]:
-    """Per-client values gathered by key: ``{"acc": [c0, c1, ...], ...}``."""
-    return {k: [row[k] for row in rows] for k in rows[0]} if rows and rows[0] else {}
+def round_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The coordinator's rows (one per client per evaluated round) as one record per round:
+    per-client lists, in client order."""
+    by_round: dict[int, list[dict[str, Any]]] = {}
+    for row in sorted(rows, key=lambda r: (r["round"], r["client"])):
+        by_round.setdefault(row["round"], []).append(row)
+    records = []
+    for round_, clients in by_round.items():
+        metrics = [
+            {k: v for k, v in row.items() if not k.startswith(EVALUATED) and k not in ROW_KEYS}
+            for row in clients
+        ]
+        records.append(
+            {
+                "round": round_,
+                "local": [row["local_acc"] for row in clients],
+                "global": [row["global_acc"] for row in clients],
+                "mb_sent": [row["bytes_sent"] / 1e6 for row in clients],
+                "train_metrics": _mean_metrics(metrics),
+                "client_metrics": metrics,
+                # every prediction path a method has (DRDFL: acc, acc_decoder, acc_gmm)
+                "local_paths": _by_prefix(clients, "local_"),
+                "global_paths": _by_prefix(clients, "global_"),
+                "diagnostics": _by_prefix(clients, "diag_"),
+            }
+        )
+    return records
+
+
+def _by_prefix(rows: list[dict[str, Any]], prefix: str) -> dict[str, list[float]]:
+    """Per-client values of the keys starting with ``prefix``: ``{"acc": [c0, c1, ...]}``."""
+    keys = [k for k in rows[0] if k.startswith(prefix)]
+    return {k[len(prefix) :]: [row[k] for row in rows] for k in keys}
 
 
 def shared_spread(states: list[dict[str, torch.Tensor]]) -> dict[str, float]:
@@ -391,18 +291,29 @@ def _nested(keys: dict[str, object], tree: dict[str, Any]) -> dict[str, Any]:
     return tree
 
 
-def run_config(setting: Setting, seed: int, method: str | None = None) -> Config:
-    """The config of a ``jobs.train`` run of ``setting`` (with ``method``'s defaults): the
-    same partitions and test sets as the simulation."""
-    tree: dict[str, Any] = {} if method is None else {"algorithm": {"name": method}}
-    keys = {**config_keys(setting), "experiment.seed": seed, "data.root": setting.root}
+def run_config(
+    setting: Setting, seed: int, method: str | None = None, options: dict[str, object] | None = None
+) -> Config:
+    """The config of a run of ``setting`` (``method`` with ``options`` over its defaults),
+    evaluated where the benchmark reads it: every ``eval_every`` rounds and the last ``last``."""
+    tree: dict[str, Any] = (
+        {} if method is None else {"algorithm": {"name": method, **(options or {})}}
+    )
+    keys = {
+        **config_keys(setting),
+        "experiment.seed": seed,
+        "data.root": setting.root,
+        "schedule.exchange": setting.exchange,
+        "eval.every": setting.eval_every,
+        "eval.last_rounds": setting.last,
+    }
     if keys["data.partition.kind"] == "file":  # one file per seed: "file:parts/seed{seed}.json"
         keys["data.partition.path"] = str(keys["data.partition.path"]).format(seed=seed)
     return config_from_dict(_nested(keys, tree))
 
 
 def as_report_run(run: dict) -> Run:
-    """A simulated run as the report's ``Run``, named by its spec (the table's row)."""
+    """A benchmark run as the report's ``Run``, named by its spec (the table's row)."""
     setting = Setting(**run["setting"])
     config = _nested({**config_keys(setting), "experiment.seed": run["seed"]}, {})
     rows = tuple(
@@ -460,8 +371,8 @@ def baseline(runs: list[dict], setting: Setting, seeds: list[int], command: str)
         }
     return {
         "command": command,
-        "source": "benchmarks/fidelity.py: in-process simulation with the runtime's sync "
-        "semantics, the same partitions and test sets as a run of this config",
+        "source": "benchmarks/fidelity.py: the in-process ring in sync mode, the same "
+        "partitions and test sets as a run of this config",
         "config": config_keys(setting),
         "setting": dataclasses.asdict(setting),
         "seeds": seeds,
@@ -501,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     for spec in args.methods:
         name, overrides, spec_setting = parse_method(spec, setting)
         for seed in args.seeds:
-            run = simulate(name, overrides, spec_setting, arrays, seed)
+            run = run_ring(name, overrides, spec_setting, arrays, seed)
             run["spec"], run["setting"] = spec, dataclasses.asdict(spec_setting)
             run["partition"] = record_partition(spec_setting, arrays, seed, partitions)
             runs.append(run)

@@ -11,15 +11,16 @@ this driver builds the devices itself and repeats its synchronous loop: every de
 peers (``communicate``), then every device in turn aggregates, evaluates and trains (``train``).
 
 Both sides get the same partitions, the same local and global test sets and the same options
-(lr, decay, momentum 0.5, threshold, mu, peers per round, batch, epochs); ours runs through
-``benchmarks.fidelity.simulate`` on the dynamic topology with ``divergence=js``, the measure the
-official code computes. What stays different is each side's own: the official ``SimpleCNN``
-against our ``cnn`` backbone, and the official rules themselves (see RESULTS.md). Per round and
-client the JSON keeps the decision (dropout, peers pulled whole, peers pulled for the extractor
-only), the sampled peers and their divergences, and Local-T and Global-T after training (the
-official code's own Local-T, measured before training, is kept as ``local_before``). Decision
-counts and divergence figures start at round 1: the official devices also merge in round 0, from
-their independent random initialisations, where ours have nothing offered yet.
+(lr, decay, momentum 0.5, threshold, mu, peers per round, batch, epochs); ours runs on the
+in-process ring (``benchmarks.fidelity.run_ring``, sync mode) on the dynamic topology with
+``divergence=js``, the measure the official code computes. What stays different is each
+side's own: the official ``SimpleCNN`` against our ``cnn`` backbone, and the official rules
+themselves (see RESULTS.md). Per round and client the JSON keeps the decision (dropout, peers
+pulled whole, peers pulled for the extractor only), the sampled peers and their divergences
+(ours from each client's round report), and Local-T and Global-T after training (the official
+code's own Local-T, measured before training, is kept as ``local_before``). Decision counts
+and divergence figures start at round 1: the official devices also merge in round 0, from their
+independent random initialisations, where ours have nothing offered yet.
 
 ``--sides`` may add controls of the official code, ``official+<variant>[+<variant>...]``, that
 change only how the driver runs its devices (``VARIANTS``): ``snapshot`` copies the peers'
@@ -44,14 +45,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from benchmarks.fidelity import RESULTS, Setting, build_clients, simulate
-from ring_actors.algorithms.ua_pdfl import UAPDFL, Decision
+from benchmarks.fidelity import RESULTS, Setting, ring_data, run_ring
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.models import build_backbone
@@ -160,7 +159,7 @@ def run_official(
     """
     ProposedDevice, official_nn, acc_count, DeviceLogger = _official_modules(path)  # noqa: N806
     model = _our_cnn(official_nn.BaseNN) if "our-cnn" in variants else official_nn.SimpleCNN
-    clients, global_test = build_clients("local", {}, setting, arrays, seed)
+    clients = ring_data(setting, arrays, seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -169,13 +168,13 @@ def run_official(
     with contextlib.redirect_stdout(io.StringIO()):
         devices = [
             ProposedDevice(
-                c.id, model, params, shared.lr, shared.lr_decay, shared.threshold,
+                i, model, params, shared.lr, shared.lr_decay, shared.threshold,
                 shared.mu, shared.peers, torch.device("cpu"), setting.local_epochs,
                 _loader(c.train, setting.batch_size, True),
                 _loader(c.local_test, 512, False),
-                DeviceLogger(c.id, "ua_pdfl_vs_official"), 2,
+                DeviceLogger(i, "ua_pdfl_vs_official"), 2,
             )
-            for c in clients
+            for i, c in enumerate(clients)
         ]  # fmt: skip
     if "conv-split" in variants:
         for device in devices:
@@ -184,7 +183,7 @@ def run_official(
         for device in devices[1:]:
             device.model.set_weights(devices[0].model.get_weights())
             device.device_representations = device.compute_representations()
-    global_loader = _loader(global_test, 512, False)
+    global_loader = _loader(clients[0].global_test, 512, False)
     accuracy = functools.partial(_accuracy, acc_count)
     rounds, started = [], time.monotonic()
     for round_ in range(setting.rounds):
@@ -223,12 +222,8 @@ def run_official(
 
 
 def run_ours(setting: Setting, shared: Shared, arrays: DatasetArrays, seed: int) -> dict:
-    """``ua_pdfl`` through the in-process simulator on the dynamic topology.
-
-    Its metrics keep only a client's mean divergence, so the per-peer ones are read from each
-    client's ``decision`` as ``train_round`` starts (the simulator trains the clients in id
-    order, once a round).
-    """
+    """``ua_pdfl`` on the in-process ring on the dynamic topology, evaluated every round;
+    each decision read from the client's report of the round it trained after."""
     overrides = {
         "lr": shared.lr,
         "lr_decay": shared.lr_decay,
@@ -238,39 +233,28 @@ def run_ours(setting: Setting, shared: Shared, arrays: DatasetArrays, seed: int)
         "divergence": "js",
     }
     ours = dataclasses.replace(setting, topology="dynamic", degree=shared.peers, eval_every=1)
-    seen: list[Decision | None] = []
-    train_round = UAPDFL.train_round
-
-    def recording(self: UAPDFL, data: LabelledImages) -> dict[str, float]:
-        seen.append(self.decision)
-        return train_round(self, data)
-
-    with mock.patch.object(UAPDFL, "train_round", recording):
-        run = simulate("ua_pdfl", overrides, ours, arrays, seed)
-    n = setting.clients
-    if len(seen) != n * setting.rounds:
-        raise RuntimeError(f"{len(seen)} trainings recorded, expected {n * setting.rounds}")
+    run = run_ring("ua_pdfl", overrides, ours, arrays, seed)
+    if len(run["rounds"]) != setting.rounds:
+        raise RuntimeError(f"{len(run['rounds'])} rounds reported, expected {setting.rounds}")
     for record in run["rounds"]:
-        r = record["round"]
-        record["decisions"] = [
-            _our_decision(d, m)
-            for d, m in zip(seen[r * n : (r + 1) * n], record["client_metrics"], strict=True)
-        ]
+        record["decisions"] = [our_decision(m) for m in record["client_metrics"]]
     return {"side": "ours", "seed": seed, "train_s": run["train_s"], "rounds": run["rounds"]}
 
 
-def _our_decision(decision: Decision | None, metrics: dict[str, float]) -> dict | None:
-    if decision is None:
+def our_decision(metrics: dict[str, float]) -> dict | None:
+    """A client's decision from its round report: its dropout, the share of similar peers
+    and each peer's divergence (``divergence_from_<peer>``); None where it decided nothing."""
+    if "dropout" not in metrics:
         return None  # round 0: nothing offered yet
-    peers = list(decision.divergences)
-    whole = len(decision.similar)
-    if metrics["similar_fraction"] != whole / max(1, len(peers)):
-        raise RuntimeError("the recorded decision is not the one the client trained after")
+    prefix = "divergence_from_"
+    peers = sorted(int(k[len(prefix) :]) for k in metrics if k.startswith(prefix))
+    whole = round(metrics["similar_fraction"] * max(1, len(peers)))
+    dropout = bool(metrics["dropout"])
     return {
-        "dropout": decision.dropout,
-        "whole": 1 if decision.dropout else whole,
-        "feature_only": 0 if decision.dropout else len(peers) - whole,
-        "divergences": [decision.divergences[p] for p in peers],
+        "dropout": dropout,
+        "whole": 1 if dropout else whole,
+        "feature_only": 0 if dropout else len(peers) - whole,
+        "divergences": [metrics[f"{prefix}{p}"] for p in peers],
         "peers": peers,
     }
 
@@ -353,7 +337,7 @@ def table(runs: list[dict], last: int) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--official", type=Path, required=True, help="the official checkout")
+    parser.add_argument("--official", type=Path, help="the official checkout (official sides)")
     parser.add_argument("--sides", nargs="+", default=["official", "ours"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=RESULTS / "ua_pdfl_official.json")
@@ -378,6 +362,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(
                 f"--sides: {side!r} is not ours, official or official+{{{','.join(VARIANTS)}}}"
             )
+        if side != "ours" and args.official is None:
+            parser.error(f"--sides {side} needs --official, a checkout of Kuludu/UA-PDFL")
     command = " ".join(["python -m benchmarks.ua_pdfl_official", *(argv or sys.argv[1:])])
     torch.set_num_threads(1)
     setting = Setting(

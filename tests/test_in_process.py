@@ -36,6 +36,7 @@ def ring(
     reserve=0,
     faults=(),
     join_start="hand_off",
+    evaluation=None,
     **schedule,
 ):
     config = config_from_dict(
@@ -50,6 +51,7 @@ def ring(
             "algorithm": {"name": algorithm},
             "schedule": {"hop_timeout_s": 0.5, "heartbeat_s": 0.1, **schedule},
             "faults": list(faults),
+            "eval": evaluation or {},
         }
     )
     return InProcessRing(config, client_data(count + reserve), CLASSES, SHAPE, tmp_path)
@@ -70,6 +72,15 @@ def test_a_lap_ring_averages_exactly(tmp_path):
     for name, tensor in models[0].items():
         for other in models[1:]:
             assert torch.allclose(tensor, other[name]), name  # everyone applied one total
+
+
+def test_the_last_rounds_are_evaluated_with_the_method_s_diagnostics(tmp_path):
+    run = ring(tmp_path, "drdfl", count=2, rounds=4, evaluation={"every": 10, "last_rounds": 2})
+    run.run(timeout_s=60)
+    rows = run.coordinator.results.rows
+    assert sorted({r["round"] for r in rows}) == [2, 3]  # never every 10th; the last two
+    measured = run.clients[0].core.algorithm.diagnostics(client_data(2)[0].local_test)
+    assert measured and all(f"diag_{key}" in row for row in rows for key in measured)
 
 
 def test_a_crashed_client_is_bypassed_and_the_ring_finishes(tmp_path):

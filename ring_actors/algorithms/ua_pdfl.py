@@ -246,6 +246,9 @@ class UAPDFL(SupervisedAlgorithm):
             metrics["dropout"] = float(self.decision.dropout)
             metrics["similar_fraction"] = len(self.decision.similar) / peers
             metrics["divergence_mean"] = sum(self.decision.divergences.values()) / peers
+            # per peer, so a comparison can read every decision from the reports
+            divergences = self.decision.divergences.items()
+            metrics.update({f"divergence_from_{s}": d for s, d in divergences})
         self.rounds_trained += 1
         self.decision, self.anchor = None, None
         return metrics

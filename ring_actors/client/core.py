@@ -23,6 +23,7 @@ from ring_actors.algorithms import Algorithm
 from ring_actors.client.answers import PeerAnswers
 from ring_actors.client.checkpoint import Checkpointing
 from ring_actors.client.exchange import Exchange, NonFiniteError
+from ring_actors.client.exchange_control import ExchangeControl
 from ring_actors.client.faults import FaultActions, slow_delay, strike
 from ring_actors.client.idle import (
     IdleRelease,
@@ -53,6 +54,7 @@ from ring_actors.delivery.payloads import (
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ClientHandle, ControlLink, PeerGone
 from ring_actors.heterogeneity import Heterogeneity
+from ring_actors.method_factory import client_seed
 from ring_actors.timeouts import Timeouts
 from topologies import build_topology
 
@@ -99,6 +101,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         self.checkpoint_path = checkpoint_path
         self.timeouts = Timeouts.from_schedule(config.schedule)
         self.topology = build_topology(config.topology, config.experiment.seed)
+        seed = client_seed(config.experiment.seed, client_id)
+        self.exchange_control = ExchangeControl(config.schedule.exchange, seed)
         # Every client runs the same method, so what ours publishes is what a valid payload
         # holds; if it publishes nothing, nobody sends and nobody waits.
         offer = algorithm.offer()
@@ -275,7 +279,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         with self.slots.hold(round_):
             computing = time.monotonic()
             self.algorithm.begin_round(round_)
-            self.algorithm.merge([p.to(self.device) for p in received])
+            taken = self.exchange_control.taken(received)
+            self.algorithm.merge([p.to(self.device) for p in taken])
             metrics = self.algorithm.train_round(self.data.train)
             train_s = time.monotonic() - computing
         # A slower device's extra time, slept outside the slot (never past the time budget).
@@ -287,7 +292,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
             )
             time.sleep(slowed_s)
         non_finite = sorted(k for k, v in metrics.items() if not _finite(v))
-        for name in self.algorithm.laps(round_):
+        for name in self.exchange_control.laps(self.algorithm.laps(round_)):
             with self.slots.resident():
                 contribution = detach_to_cpu(self.algorithm.contribute(name, round_))
             if not all_finite(contribution):  # refused at the source: the others' lap goes on
@@ -314,6 +319,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
                 ):
                     scores = self.algorithm.evaluate(data)
                     metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
+                diagnostics = self.algorithm.diagnostics(self.data.local_test)
+                metrics.update({f"diag_{k}": v for k, v in diagnostics.items()})
         self._publish(round_)
         metrics.update(
             merged=float(len(received)),
@@ -342,10 +349,11 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         return math.inf if budget is None else budget - (time.monotonic() - self.started_at)
 
     def _evaluates(self, round_: int) -> bool:
-        """Every ``eval.every`` rounds, the last round, and the first round past each
-        ``eval.every_s`` wall-clock mark."""
-        every, last = self.config.eval.every, self.config.experiment.rounds - 1
-        due = round_ % every == every - 1 or round_ == last or self._time_left() <= 0
+        """Every ``eval.every`` rounds, each of the last ``eval.last_rounds`` rounds, and the
+        first round past each ``eval.every_s`` wall-clock mark."""
+        every, end = self.config.eval.every, self.config.experiment.rounds
+        final = round_ >= end - self.config.eval.last_rounds
+        due = round_ % every == every - 1 or final or self._time_left() <= 0
         elapsed = time.monotonic() - self.started_at
         if elapsed >= self.next_mark_s:
             every_s = self.config.eval.every_s or math.inf

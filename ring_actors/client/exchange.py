@@ -37,7 +37,7 @@ class Exchange(ClientState):
         """
         schedule = self.config.schedule
         self.gather_wait_s = 0.0
-        if round_ == self.first_round or not self.expected:
+        if round_ == self.first_round or not self.expected or self.exchange_control.isolated:
             return []
         lag = 0 if schedule.mode == "sync" else schedule.max_staleness
         max_round = round_ - 1 if schedule.mode == "sync" else None
@@ -120,7 +120,7 @@ class Exchange(ClientState):
             tensors = offer
         else:
             tensors = shared
-        if not tensors:
+        if not tensors or self.exchange_control.isolated:
             return
         if not all_finite(tensors):
             raise NonFiniteError(f"round {round_}: the shared state is not finite")

@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # names only: the spool imports the checkpoint, which builds 
     import torch
 
     from ring_actors.algorithms import Algorithm
+    from ring_actors.client.exchange_control import ExchangeControl
     from ring_actors.client.resources import ClientData
     from ring_actors.client.ring_lap import RingLaps
     from ring_actors.config import Config
@@ -68,4 +69,5 @@ class ClientState:
     expected: dict[str, tuple[int, ...]]
     shared_specs: dict[str, TensorSpec]
     gather_wait_s: float
+    exchange_control: ExchangeControl  # ``schedule.exchange``: what is taken of peers
     journal: Callable[[], list[dict]]  # the reports so far (``PeerAnswers.journal``)

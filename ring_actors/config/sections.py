@@ -224,6 +224,9 @@ class TopologySection:
                 raise ConfigError(f"topology.edges: {err}") from err
 
 
+ExchangeMode = Literal["normal", "none", "noise"]
+
+
 @dataclass(frozen=True)
 class ScheduleSection:
     mode: Literal["sync", "async"] = "sync"
@@ -250,6 +253,10 @@ class ScheduleSection:
     # it is back under. null: nobody is marked.
     straggler_factor: float | None = None
     straggler_window: int = 3
+    # What a client merges of what it receives: ``normal``; ``none`` merges nothing and runs
+    # no laps (every client alone: the isolation control); ``noise`` merges Gaussian noise
+    # with each received floating tensor's mean and std (does what travels matter?).
+    exchange: ExchangeMode = "normal"
 
     def __post_init__(self) -> None:
         factor = self.straggler_factor
@@ -279,9 +286,12 @@ class EvalSection:
     # Also evaluate at the end of the first round after each multiple of this many wall
     # seconds (accuracy against time); null: by round only.
     every_s: float | None = None
+    # Also evaluate each of the last this many rounds (figures averaged over a run's end).
+    last_rounds: int = 1
 
     def __post_init__(self) -> None:
         check(self.every >= 1, "eval.every", "an int >= 1", self.every)
+        check(self.last_rounds >= 1, "eval.last_rounds", "an int >= 1", self.last_rounds)
         check(self.every_s is None or self.every_s > 0, "eval.every_s", "null or a number > 0")
         cap = self.global_max_samples
         check(cap is None or cap >= 1, "eval.global_max_samples", "null or an int >= 1", cap)

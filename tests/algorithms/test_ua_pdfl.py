@@ -173,6 +173,17 @@ def test_mixed_peers_pull_the_classifier_only_from_similar_ones():
     assert algo.decision.divergences[2] > algo.options.threshold
 
 
+def test_a_round_reports_each_peer_s_divergence_and_the_share_of_similar_ones():
+    algo = make()
+    own, feature = algo.probe()
+    algo.decide([offer_from(1, own, feature), offer_from(4, peaked(algo), feature)])
+    divergences = dict(algo.decision.divergences)
+    metrics = algo.train_round(separable(n=32, classes=CLASSES, shape=SHAPE))
+    assert metrics["divergence_from_1"] == divergences[1]
+    assert metrics["divergence_from_4"] == divergences[4] > algo.options.threshold
+    assert metrics["similar_fraction"] == 0.5 and metrics["dropout"] == 0.0
+
+
 def test_threshold_decides_similarity():
     algo = make(threshold=50.0)  # so loose that even the peaked fingerprint counts as similar
     _, feature = algo.probe()

@@ -1,7 +1,6 @@
-"""The fidelity simulator is trusted only as far as it computes what the runtime computes: on
-one small setting it must give the in-process ring's accuracies, client for client, for each
-way a method exchanges (pushes, a ring lap, offers with pulls). Its figures are the report's
-own, drawn from the simulated rounds."""
+"""The fidelity benchmark's runs are the in-process ring's: its per-round records are the
+coordinator's rows, client for client, as a run of the same config gives them. Its figures
+are the report's own."""
 
 from __future__ import annotations
 
@@ -17,9 +16,10 @@ from benchmarks.fidelity import (
     Setting,
     as_report_run,
     main,
+    round_records,
     run_config,
+    run_ring,
     shared_spread,
-    simulate,
 )
 from ring_actors.data.client_splits import split_for
 from ring_actors.data.partition_file import partition_digest
@@ -32,30 +32,33 @@ SETTING = Setting(
     clients=3,
     samples=60,
     rounds=3,
-    eval_every=1,
-    last=1,
+    eval_every=5,
+    last=2,
     global_max=150,
-    local_max=100_000,  # every client's whole test split, as the runtime evaluates
+    local_max=100_000,  # every client's whole test split, as a run of the config has it
 )
 
 
 @needs_data
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["dfedavg", "fedavg", "ua_pdfl"])
-def test_the_simulation_gives_the_ring_its_accuracies(tmp_path, method):
+def test_the_benchmark_s_rounds_are_those_of_a_ring_run_of_its_config(tmp_path):
     torch.set_num_threads(1)
     arrays = load_dataset("fashion-mnist", DATA_ROOT, download=False)
-    simulated = simulate(method, {}, SETTING, arrays, seed=0)["rounds"][-1]
-    ring = InProcessRing.from_config(run_config(SETTING, seed=0, method=method), tmp_path)
-    summary = ring.run(timeout_s=120)
-    assert summary["rounds_completed"] == SETTING.rounds
-    final = sorted(
-        (r for r in ring.coordinator.results.rows if r["round"] == SETTING.rounds - 1),
-        key=lambda r: r["client"],
-    )
-    assert [r["local_acc"] for r in final] == simulated["local"]
-    assert [r["global_acc"] for r in final] == simulated["global"]
-    # the run wrote its split; loaded, it is the simulation's
+    run = run_ring("dfedavg", {"lr": 0.01}, SETTING, arrays, seed=0)
+    assert [r["round"] for r in run["rounds"]] == [1, 2]  # the last two; none every 5th
+    config = run_config(SETTING, seed=0, method="dfedavg", options={"lr": 0.01})
+    assert config.algorithm.options.lr == 0.01 and config.schedule.mode == "sync"
+    ring = InProcessRing.from_config(config, tmp_path)
+    assert ring.run(timeout_s=120)["rounds_completed"] == SETTING.rounds
+    again = round_records(ring.coordinator.results.rows)
+    for ours, theirs in zip(run["rounds"], again, strict=True):
+        assert ours["local"] == theirs["local"] and ours["global"] == theirs["global"]
+        assert ours["local_paths"] == {"acc": ours["local"]}
+        assert ours["mb_sent"] == theirs["mb_sent"] and min(ours["mb_sent"]) > 0
+    spread = run["rounds"][-1]["shared_spread"]
+    assert set(spread) == {"body", "head"}
+    assert all(0 < value < 1 for value in spread.values())  # a ring mixes, not equalises
+    # the run wrote its split; loaded, it is the benchmark's
     written = split_for(
         run_config(
             dataclasses.replace(SETTING, partition=f"file:{tmp_path / 'partition.json'}"), 0
@@ -65,7 +68,26 @@ def test_the_simulation_gives_the_ring_its_accuracies(tmp_path, method):
     assert partition_digest(written) == partition_digest(split_for(run_config(SETTING, 0), arrays))
 
 
-def test_a_simulated_run_reads_as_a_report_run():
+def test_rows_become_per_round_records_in_client_order():
+    def row(client: int, round_: int, acc: float) -> dict:
+        return {
+            "client": client, "round": round_, "time_s": 1.0, "local_acc": acc,
+            "local_acc_gmm": acc / 2, "global_acc": acc / 4, "diag_gain": 3.0,
+            "loss": 0.5, "bytes_sent": 2e6,
+        }  # fmt: skip
+
+    records = round_records([row(1, 4, 0.8), row(0, 4, 0.6), row(0, 9, 1.0), row(1, 9, 0.4)])
+    assert [r["round"] for r in records] == [4, 9]
+    first = records[0]
+    assert first["local"] == [0.6, 0.8] and first["global"] == [0.15, 0.2]
+    assert first["local_paths"] == {"acc": [0.6, 0.8], "acc_gmm": [0.3, 0.4]}
+    assert first["global_paths"] == {"acc": [0.15, 0.2]}
+    assert first["diagnostics"] == {"gain": [3.0, 3.0]} and first["mb_sent"] == [2.0, 2.0]
+    assert first["client_metrics"] == [{"loss": 0.5, "bytes_sent": 2e6}] * 2
+    assert first["train_metrics"] == {"bytes_sent": 2e6, "loss": 0.5}
+
+
+def test_a_benchmark_run_reads_as_a_report_run():
     setting = dataclasses.replace(SETTING, partition="dirichlet:0.3", rounds=4)
     rounds = [
         {"round": 1, "local": [0.5, 0.7], "global": [0.2, 0.4]},
@@ -118,7 +140,15 @@ def test_arms_record_their_partition_and_a_recorded_one_runs_again_the_same(tmp_
     second = json.loads((tmp_path / "b.json").read_text())["runs"]
     assert [r["partition"]["path"] for r in second] == paths
     assert [r["partition"]["sha256"] for r in second] == [r["partition"]["sha256"] for r in first]
-    assert [r["rounds"] for r in second] == [r["rounds"] for r in first]
+
+    def computed(runs: list[dict]) -> list[tuple]:  # what was learned, not how long it took
+        return [
+            (r["local"], r["global"], [m["loss"] for m in r["client_metrics"]])
+            for run in runs
+            for r in run["rounds"]
+        ]
+
+    assert computed(second) == computed(first)
 
 
 def test_shared_spread_is_zero_for_equal_clients_and_scales_with_their_distance():
