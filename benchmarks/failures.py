@@ -93,7 +93,7 @@ def run_kind(kind: str, repeats: int, args: argparse.Namespace, workdir: Path) -
         stopped = []
         for repeat in range(repeats):
             if kind == "node":
-                nodes = Counter(f["node_id"] for f in experiment.placement.values())
+                nodes = Counter(f.node_id for f in experiment.placement.values())
                 node_id = sorted(nodes)[repeat]
                 node = next(w for w in workers if w.node_id == node_id)
                 sample = measure(experiment, lambda n=node: cluster.remove_node(n), nodes[node_id])
@@ -101,7 +101,7 @@ def run_kind(kind: str, repeats: int, args: argparse.Namespace, workdir: Path) -
                 handle = experiment.clients[victims[repeat]]
                 sample = measure(experiment, lambda h=handle: ray.kill(h, no_restart=True), 1)
             else:
-                pid = experiment.placement[victims[repeat]]["pid"]
+                pid = experiment.placement[victims[repeat]].pid
                 stopped.append(pid)
                 sample = measure(experiment, lambda p=pid: os.kill(p, signal.SIGSTOP), 1)
             samples.append({"kind": kind, "repeat": repeat, **sample})

@@ -88,7 +88,7 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
         started = time.time()
         ray.get(experiment.coordinator.start_clients.remote())
         summary = wait_and_finalize(experiment, time.monotonic(), progress=False)
-        nodes = len({facts["node_id"] for facts in experiment.placement.values()})
+        nodes = len({facts.node_id for facts in experiment.placement.values()})
     finally:
         shutdown(experiment)
         ray.shutdown()

@@ -20,8 +20,8 @@ from ring_actors.config import Config
 # (FedAvg 0.405-0.414 GB, DRDFL 0.392-0.405 GB; benchmarks/RESULTS.md, "Scale curve"), with
 # torch's CUDA build, which is what ``pip install torch`` gives on Linux x86_64.
 CLIENT_GB = 0.42
-# The same with torch's CPU build, whose import keeps about 136 MB less private memory in every
-# process (benchmarks/RESULTS.md, "Fifty clients on one node").
+# The same with torch's CPU build, whose import keeps less private memory in every process
+# (16 -> 32 clients: DRDFL 0.275 GB, FedAvg 0.295 GB; RESULTS.md, "Fifty clients on one node").
 CLIENT_GB_CPU_BUILD = 0.30
 # The same lines' intercept: Ray's own processes, the driver, the coordinator and the slot pool
 # (FedAvg 1.89 GB, DRDFL 1.67 GB).
