@@ -84,7 +84,7 @@ def test_ctrl_c_writes_what_exists_and_resume_finishes_the_run(tmp_path):
         "eval.global_max_samples=300",
         "algorithm.name=dfedavg",
         "eval.every=1",
-        "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 1.0}]",
+        "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 2.5}]",  # a run long past its first write
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
     command = [sys.executable, "-m", "jobs.train", "--no-progress", "--config", str(RING8)]
