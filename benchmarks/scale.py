@@ -60,6 +60,7 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
 
     from ring_actors.admission import AdmissionError
     from ring_actors.config import load_config
+    from ring_actors.delivery.events import EventKind
     from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 
     tmp = Path(spec["tmp"])
@@ -109,7 +110,7 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
         "reports": len(rows),  # a client's round it finished and reported, of clients x rounds
         "events": {kind: kinds.count(kind) for kind in sorted(set(kinds))},
         "nodes_used": nodes,
-        "killed": kinds.count("crash") + kinds.count("coordinator_restored"),
+        "killed": kinds.count(EventKind.CRASH) + kinds.count(EventKind.COORDINATOR_RESTORED),
     }
     result_path.write_text(json.dumps(result))
 
