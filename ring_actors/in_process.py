@@ -189,7 +189,7 @@ class InProcessRing:
         raise TimeoutError(f"ring not done in {timeout_s}s: {self.coordinator.progress()}")
 
     def run(self, timeout_s: float = 60.0) -> dict[str, Any]:
-        """Start, wait for the end, and return the run's summary (no files written)."""
+        """Start, wait for the end, and return the run's summary."""
         started = time.monotonic()
         self.start()
         try:
@@ -200,10 +200,14 @@ class InProcessRing:
             return self.coordinator.summary(time.monotonic() - started)
 
     def close(self) -> None:
+        """Stop the clients and wait out the coordinator's loop, so that nothing writes
+        into the output folder once this returns."""
         self.stopping.set()
         for client in self.clients.values():
             client.kill()
             client.calls.shutdown(wait=False, cancel_futures=True)
+        if self.loop.is_alive():
+            self.loop.join()
 
     def _reconcile(self) -> None:
         while not self.stopping.is_set():

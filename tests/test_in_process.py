@@ -65,6 +65,14 @@ def test_a_push_ring_trains_every_round_and_loses_nothing(tmp_path):
     assert summary["local_acc"]["mean"] > 0.5  # four separable classes: chance is 0.25
 
 
+def test_run_returns_only_once_nothing_writes_into_the_folder(tmp_path):
+    # A caller may delete the folder as soon as ``run`` returns (a benchmark's temporary
+    # folder): the coordinator's loop must have stopped writing its tables by then.
+    run = ring(tmp_path)
+    run.run(timeout_s=60)
+    assert not run.loop.is_alive()
+
+
 def test_a_lap_ring_averages_exactly(tmp_path):
     run = ring(tmp_path, algorithm="fedavg")
     run.run(timeout_s=60)
