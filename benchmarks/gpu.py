@@ -13,6 +13,10 @@ simulation loop such as PFLlib's does) and trains them in turn; the ring runs th
 with ``clients.num_gpus = 1/N``, the slot pool letting ``slots_per_gpu`` compute at once, and
 each idle client's optimiser state on the host (``clients.offload_idle``).
 
+``--set`` adds config overrides to the ring's workload (and records them in each row): for
+instance ``clients.offload_parameters_mb=null`` keeps every client's parameters on the GPU
+between its slots, against the default that parks a large model's on the host.
+
 Each (model, N, side) runs in its own subprocess, so one that runs out of memory ends only
 itself; the largest N that ran is reported per model and side. Figures, per run:
 
@@ -73,6 +77,7 @@ def overrides(spec: dict[str, Any]) -> list[str]:
         "eval.every=1",  # a round's report (and its time) comes with its evaluation
         "eval.global_max_samples=64",
         f"tracking.uri=sqlite:///{spec['work']}/mlflow.db",
+        *spec.get("set", ()),
     ]
 
 
@@ -294,6 +299,7 @@ def run_one(spec: dict[str, Any], side: str, timeout_s: float) -> dict[str, Any]
         "clients": spec["clients"],
         "side": side,
         "device": "cuda" if spec["cuda"] else "cpu",
+        "set": list(spec.get("set", ())),
         "ok": ok,
         "command_s": time.monotonic() - started,
         "load": os.getloadavg()[0],
@@ -367,6 +373,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--timeout-s", type=float, default=1800.0)
     parser.add_argument("--json", type=Path, help="append one line per run")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides on top of the workload (e.g. clients.offload_parameters_mb=null)",
+    )
     parser.add_argument("--side", choices=list(SIDES), help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -389,6 +402,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     "data_root": args.data,
                     "cores": os.cpu_count() or 1,
                     "cuda": cuda,
+                    "set": args.set,
                 }
                 row = run_one(spec, side, args.timeout_s)
                 rows.append(row)
