@@ -303,9 +303,10 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
                 metrics[f"lap_{name}_contribution"] = lap_checksum(contribution)
             result = self.laps.run(name, round_, contribution)
             if result is not None:
-                total = {k: v.to(self.device) for k, v in result.total.items()}
-                with self.slots.resident():
+                with self.slots.resident():  # the total leaves the device with the call
+                    total = {k: v.to(self.device) for k, v in result.total.items()}
                     self.algorithm.apply_lap(name, round_, total, list(result.contributors))
+                    del total
                 # Every member gets the same total: these let anyone check it did.
                 metrics[f"lap_{name}_contributors"] = float(len(result.contributors))
                 metrics[f"lap_{name}_checksum"] = lap_checksum(result.total)

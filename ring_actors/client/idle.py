@@ -121,8 +121,14 @@ def accelerator_memory(device: torch.device) -> dict[str, float]:
 
 
 def release_allocator_cache(device: torch.device) -> None:
-    """Return what the allocators keep of freed memory: torch's CUDA cache, glibc's pages."""
+    """Return what the allocators keep of freed memory: cuBLAS's workspaces (tens of MB a
+    process on Hopper, allocated through torch and kept across calls), torch's CUDA cache,
+    glibc's pages. The workspaces come back on the next matrix product."""
     if device.type == "cuda" and torch.cuda.is_initialized():
+        clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear_workspaces is not None:
+            torch.cuda.synchronize(device)
+            clear_workspaces()
         torch.cuda.empty_cache()
     release_freed_memory()
 
@@ -191,6 +197,8 @@ class IdleRelease:
         finally:
             if away:
                 self._park_parameters()
+                # Freed blocks stay reserved by this process until the cache is returned.
+                release_allocator_cache(self.device)
 
     def release(self) -> None:
         """What a client does as it gives its slot back (and once it is built)."""

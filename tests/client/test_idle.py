@@ -52,9 +52,12 @@ def trained(algorithm, offload: bool, rounds: int = 3, parameters: bool = False)
     return algorithm
 
 
-def storages(algorithm) -> list[int]:
-    """Where every parameter's data lives now."""
-    return [p.data_ptr() for m in modules_of(algorithm) for p in m.parameters()]
+def storages(algorithm, alive: list[torch.Tensor]) -> list[int]:
+    """Where every parameter's data lives now; ``alive`` keeps that data from being freed,
+    so that a later copy cannot reuse its address."""
+    data = [p.data for m in modules_of(algorithm) for p in m.parameters()]
+    alive += data
+    return [t.data_ptr() for t in data]
 
 
 def tensors_of(algorithm) -> list[torch.Tensor]:
@@ -108,12 +111,13 @@ def test_parameters_come_back_for_a_call_and_leave_after_it():
     algorithm = method("fedavg", CPU)
     idle = IdleRelease(Ungated(), lambda: algorithm, CPU, offload=True, offload_parameters=True)
     idle.release()
-    parked = storages(algorithm)
+    alive: list[torch.Tensor] = []
+    parked = storages(algorithm, alive)
     with idle.resident():
-        inside = storages(algorithm)
+        inside = storages(algorithm, alive)
         assert not set(inside) & set(parked)  # copied back to the device
     assert idle.parameters_away
-    assert not set(storages(algorithm)) & set(inside)
+    assert not set(storages(algorithm, alive)) & set(inside)
 
 
 def test_only_a_model_past_the_threshold_parks_its_parameters():
@@ -163,9 +167,13 @@ def test_a_gpu_client_that_gives_its_slot_back_keeps_no_cache_and_no_optimiser_s
         with idle.hold(0):
             algorithm.train_round(data)
         assert state_devices(optimizers_of(algorithm)) == {"cpu"}
-        # Left on the GPU: parameters, data and the last step's gradients; nothing cached.
-        assert torch.cuda.memory_allocated(gpu) <= resident + grads
-        assert torch.cuda.memory_reserved(gpu) - torch.cuda.memory_allocated(gpu) < 2 * 2**20
+        # Left on the GPU: parameters, data, the last step's gradients and a few scalars
+        # (512 bytes each); no cuBLAS workspace (33 MB a handle on an H200), nothing cached.
+        assert torch.cuda.memory_allocated(gpu) <= resident + grads + 64 * 2**10
+        # What torch still reserves is the rest of segments that hold live tensors, which
+        # no allocator can hand back; a wholly free segment would be cache kept.
+        segments = torch.cuda.memory_snapshot()
+        assert [s["total_size"] for s in segments if s["allocated_size"] == 0] == []
 
 
 @needs_data
