@@ -17,7 +17,9 @@ from ring_actors.coordinator.tracking import flatten, write_outputs
 from ring_actors.redact import public_config, redact_uri
 from ring_actors.run_folder import RunFolder
 
-OUTPUTS_EVERY_S = 5.0  # the output tables are rewritten at most this often while a run goes on
+# Rows of rounds some member has not reported yet are written at most this often while a run
+# goes on; a round every live member has reported is written at the next reconcile pass.
+OUTPUTS_EVERY_S = 5.0
 
 
 class RunOutputs(CoordinatorState):
@@ -25,16 +27,22 @@ class RunOutputs(CoordinatorState):
 
     outputs_at: float
     rows_written: int
+    round_whole: bool  # a round's last report came in since the last write
 
     def _write_partial_outputs(self) -> None:
         """The output files as they stand, so a run that dies keeps every finished round;
-        ``summary.json`` says ``partial`` until the run is finalized."""
+        ``summary.json`` says ``partial`` until the run is finalized.
+
+        A round every member reported is written at once, not when the throttle next allows:
+        the write of its first rows must not hold it back for ``OUTPUTS_EVERY_S``, in which
+        a run of short rounds, or one killed, would finish rounds its outputs never show."""
         now = time.monotonic()
         with self.lock:
             rows = self.results.rows
-            if len(rows) == self.rows_written or now - self.outputs_at < OUTPUTS_EVERY_S:
+            throttled = len(rows) == self.rows_written or now - self.outputs_at < OUTPUTS_EVERY_S
+            if throttled and not self.round_whole:
                 return
-            self.outputs_at, self.rows_written = now, len(rows)
+            self.outputs_at, self.rows_written, self.round_whole = now, len(rows), False
             summary = {**self.summary(self.results.now()), "partial": True}
             config, rows, events = self.public_config(), list(rows), list(self.results.events)
         write_outputs(self.output_dir, config, summary, rows, events)

@@ -333,3 +333,17 @@ def test_the_history_is_appended_not_rewritten_and_a_restart_reads_it_back(tmp_p
     assert restarted.rows == core.rows and len(restarted.rows) == 900
     assert restarted.events[:-1] == core.events  # and then its own: coordinator_restored
     assert restarted.by_round == core.by_round
+
+
+def test_a_round_every_member_finished_is_in_the_outputs_at_the_next_pass(tmp_path):
+    """A write of a half-reported round must not hold back the round once it is whole: a run
+    killed or interrupted then loses no finished round, and a waiter sees it at once."""
+    core, _ = make(tmp_path)
+    core.report_round(0, 0, {"local_acc": 0.5, "global_acc": 0.25})
+    core.reconcile()  # the first row: written, no round whole yet
+    assert json.loads((tmp_path / "summary.json").read_text())["rounds_completed"] == 0
+    for client in (1, 2):
+        core.report_round(client, 0, {"local_acc": 0.5, "global_acc": 0.25})
+    core.reconcile()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rounds_completed"] == 1 and summary["partial"] is True
