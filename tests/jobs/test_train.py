@@ -89,9 +89,20 @@ def test_ctrl_c_writes_what_exists_and_resume_finishes_the_run(tmp_path):
     ]
     command = [sys.executable, "-m", "jobs.train", "--no-progress", "--config", str(RING8)]
     command += ["--output-dir", str(out)]
-    driver = subprocess.Popen(
-        [*command, *setting], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    # Started from a background job (CI, `pytest &`), this process ignores SIGINT and a child
+    # would inherit that; a handled signal is reset to the default in the child, as a
+    # terminal's foreground driver has it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        driver = subprocess.Popen(
+            [*command, *setting],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 300
     # A whole round is in the outputs: press Ctrl-C. The coordinator writes a round every
     # member reported at its next pass, so it shows while five slowed rounds are still to go.
