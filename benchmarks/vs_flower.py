@@ -186,6 +186,21 @@ def round_figures(ends: list[float], start: float) -> dict[str, Any]:
 # ---- side workers (each in its own subprocess) ----------------------------------------------
 
 
+def breakdown(phases: list[dict[str, float]], s_per_round: float, cores: int) -> dict[str, float]:
+    """Where a client-round's time goes, from per-client records of the rounds after the
+    first: each phase's median, and ``compute_share``, the training seconds of a round over
+    the core-seconds it lasted (1.0: every core trained all the time)."""
+    later = [p for p in phases if p["round"] > 0]
+    rounds = {p["round"] for p in later}
+    names = sorted({k for p in later for k in p if k.endswith("_s")})
+    medians = {
+        f"{name}_median": statistics.median(p[name] for p in later if name in p) for name in names
+    }
+    trained = sum(p.get("train_s", 0.0) for p in later)
+    share = trained / (cores * s_per_round * len(rounds)) if rounds else float("nan")
+    return {**medians, "compute_share": share}
+
+
 def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
     """Every client in one process, one after another, with all cores for torch."""
     import torch
@@ -195,10 +210,12 @@ def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
     for c in range(spec["clients"]):
         train, test = client_data(spec, c)
         clients.append((new_fedavg(spec, task_spec(spec, c)), train, test))
-    start, ends, accs = time.monotonic(), [], []
+    start, ends, accs, phases = time.monotonic(), [], [], []
     for r in range(spec["rounds"]):
         for algorithm, train, _ in clients:
+            started = time.perf_counter()
             algorithm.train_round(train)
+            phases.append({"round": r, "train_s": time.perf_counter() - started})
         total: dict[str, torch.Tensor] = {}
         for algorithm, _, _ in clients:  # the same sums the ring lap adds up
             for key, value in algorithm.contribute("average", r).items():
@@ -211,6 +228,7 @@ def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
     floor = figures["s_per_round"] / spec["cores"]
     return {
         **figures,
+        "breakdown": breakdown(phases, figures["s_per_round"], spec["cores"]),
         "floor_s_per_round": floor,
         "local_acc": statistics.fmean(accs),
         "torch_threads": torch.get_num_threads(),
@@ -255,25 +273,32 @@ def make_client_app(spec: dict[str, Any]) -> Any:
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
+        started = time.perf_counter()
         algorithm, train_set, _ = load(msg, context)
         if "optimizer" in context.state:
             saved = context.state["optimizer"].to_torch_state_dict()
             _restore_optimizer_state(algorithm, saved)
+        loaded = time.perf_counter()
         algorithm.train_round(train_set)
+        trained = time.perf_counter()
         context.state["optimizer"] = ArrayRecord(_optimizer_state(algorithm))
+        metrics = {"num-examples": len(train_set), "load-s": loaded - started}
+        metrics["train-s"] = trained - loaded
         content = RecordDict(
             {
                 "arrays": ArrayRecord(algorithm.model.state_dict()),
-                "metrics": MetricRecord({"num-examples": len(train_set)}),
+                "metrics": MetricRecord(metrics),
             }
         )
         return Message(content=content, reply_to=msg)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
+        started = time.perf_counter()
         algorithm, _, test_set = load(msg, context)
         acc = algorithm.evaluate(test_set)["acc"]
         metrics = {"acc": acc, "num-examples": len(test_set)}
+        metrics["eval-s"] = time.perf_counter() - started
         metrics["client"] = int(context.node_config["partition-id"])
         return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
@@ -295,6 +320,15 @@ def make_server_app(spec: dict[str, Any], record: dict[str, Any]) -> Any:
             record["errors"] += [
                 f"train {server_round}: {m.error}" for m in replies if m.has_error()
             ]
+            record["phases"] += [
+                {
+                    "round": server_round - 1,
+                    "load_s": m.content["metrics"]["load-s"],
+                    "train_s": m.content["metrics"]["train-s"],
+                }
+                for m in replies
+                if m.has_content()
+            ]
             return super().aggregate_train(server_round, replies)
 
         def aggregate_evaluate(self, server_round: int, replies: Any) -> MetricRecord | None:
@@ -307,6 +341,11 @@ def make_server_app(spec: dict[str, Any], record: dict[str, Any]) -> Any:
                 for m in replies
                 if m.has_content()
             }
+            record["phases"] += [
+                {"round": server_round - 1, "eval_s": m.content["metrics"]["eval-s"]}
+                for m in replies
+                if m.has_content()
+            ]
             return super().aggregate_evaluate(server_round, replies)
 
     app = ServerApp()
@@ -339,7 +378,7 @@ def worker_flower(spec: dict[str, Any]) -> dict[str, Any]:
     import ray
     from flwr.simulation import run_simulation
 
-    record: dict[str, Any] = {"stamps": {}, "accs": {}, "errors": []}
+    record: dict[str, Any] = {"stamps": {}, "accs": {}, "errors": [], "phases": []}
     run_simulation(
         server_app=make_server_app(spec, record),
         client_app=make_client_app(spec),
@@ -358,8 +397,10 @@ def worker_flower(spec: dict[str, Any]) -> dict[str, Any]:
     last = record["accs"][spec["rounds"]]
     if record["errors"] or len(last) != spec["clients"]:
         raise RuntimeError(f"{len(last)} clients evaluated; errors: {record['errors']}")
+    figures = round_figures(ends, stamps[0])
     return {
-        **round_figures(ends, stamps[0]),
+        **figures,
+        "breakdown": breakdown(record["phases"], figures["s_per_round"], spec["cores"]),
         "local_acc": statistics.fmean(last.values()),
         "local_acc_by_round": {r: record["accs"][r] for r in sorted(record["accs"])},
         "flwr_version": flwr.__version__,
@@ -395,10 +436,22 @@ def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
         ray.shutdown()
     rows = pq.read_table(tmp / "ring-out" / "metrics.parquet").to_pylist()
     ends = [max(row["time_s"] for row in rows if row["round"] == r) for r in range(spec["rounds"])]
+    figures = round_figures(ends, 0.0)  # time_s counts from start_clients
+    phases = [
+        {
+            "round": row["round"],
+            "train_s": row["train_s"],
+            "slot_wait_s": row["slot_wait_s"],
+            "gather_wait_s": row["gather_wait_s"],
+            # evaluation, the lap's hops and publishing: the round less the phases above
+            "rest_s": row["round_s"] - row["train_s"] - row["slot_wait_s"] - row["gather_wait_s"],
+        }
+        for row in rows
+    ]
     return {
-        **round_figures(ends, 0.0),  # time_s counts from start_clients
+        **figures,
+        "breakdown": breakdown(phases, figures["s_per_round"], spec["cores"]),
         "local_acc": summary["local_acc"]["mean"],
-        "train_s_median": statistics.median(row["train_s"] for row in rows),
         "bytes_per_hop": summary["bytes_per_hop"],
         "ray_version": ray.__version__,
         "overrides": overrides,
@@ -625,6 +678,21 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def breakdown_table(results: list[dict[str, Any]]) -> str:
+    """Each side's client-round by phase (medians, seconds) and its compute share."""
+    phases = sorted({k for r in results for k in r.get("breakdown", {}) if k.endswith("_median")})
+    lines = [
+        "| side | " + " | ".join(p.removesuffix("_median") for p in phases) + " | compute share |",
+        "|---|" + "---|" * (len(phases) + 1),
+    ]
+    for r in results:
+        cells = [r.get("breakdown", {}).get(p) for p in phases]
+        shown = ["" if c is None else f"{c:.2f}" for c in cells]
+        share = r.get("breakdown", {}).get("compute_share")
+        lines.append(f"| {r['side']} | " + " | ".join(shown) + f" | {share or 0:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:  # inside a side's subprocess
@@ -680,7 +748,7 @@ def main(argv: list[str] | None = None) -> int:
                 brief = ("s_per_round", "command_s", "peak_pss_gb", "local_acc")
                 print(f"  {label}: {json.dumps({k: result[k] for k in brief})}", flush=True)
                 results.append(result)
-    printed = table(results)
+    printed = table(results) + "\n\n" + breakdown_table(results)
     print(printed)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     saved = {

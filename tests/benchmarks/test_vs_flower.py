@@ -1,0 +1,33 @@
+"""The Flower comparison's round breakdown: phases of the rounds after the first, and the share
+of the cores' time that went to training."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.vs_flower import breakdown, breakdown_table
+
+
+def test_the_breakdown_skips_the_first_round_and_counts_training_against_the_cores():
+    phases = [
+        {"round": 0, "train_s": 100.0, "slot_wait_s": 50.0},  # start-up: left out
+        {"round": 1, "train_s": 4.0, "slot_wait_s": 1.0},
+        {"round": 1, "train_s": 6.0, "slot_wait_s": 3.0},
+        {"round": 2, "train_s": 5.0, "slot_wait_s": 2.0},
+        {"round": 2, "train_s": 5.0, "eval_s": 0.5},  # a phase only some records carry
+    ]
+    found = breakdown(phases, s_per_round=10.0, cores=2)
+    assert found["train_s_median"] == 5.0 and found["slot_wait_s_median"] == 2.0
+    assert found["eval_s_median"] == 0.5
+    # 20 s of training over 2 rounds x 10 s x 2 cores
+    assert found["compute_share"] == pytest.approx(0.5)
+
+
+def test_the_table_has_a_column_per_phase_any_side_reports():
+    rows = [
+        {"side": "ring", "breakdown": {"train_s_median": 5.0, "compute_share": 0.8}},
+        {"side": "flower", "breakdown": {"load_s_median": 0.2, "compute_share": 0.9}},
+    ]
+    lines = breakdown_table(rows).splitlines()
+    assert lines[0] == "| side | load_s | train_s | compute share |"
+    assert lines[2] == "| ring |  | 5.00 | 0.80 |" and lines[3] == "| flower | 0.20 |  | 0.90 |"
