@@ -475,6 +475,17 @@ def _read_rollup(pid: int) -> tuple[int, int] | None:
     return None if memory is None else (memory["Pss"], memory["Uss"])
 
 
+def _cpu_ticks(pid: int) -> int | None:
+    """User plus system CPU time a process has used, in clock ticks; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (the stat file's 14th and 15th)
+
+
 def _descendants(root: int) -> dict[int, str]:
     """``root`` and every process below it, with their command lines."""
     parents: dict[int, int] = {}
@@ -503,7 +514,8 @@ def _descendants(root: int) -> dict[int, str]:
 
 
 class TreeSampler(threading.Thread):
-    """Peak PSS of a process tree and the largest USS of one of its worker processes."""
+    """Peak PSS of a process tree, the largest USS of one of its worker processes, and the
+    CPU time each kind of process used (as last seen before it exited)."""
 
     def __init__(self, root: int, worker_of_root: bool) -> None:
         super().__init__(daemon=True)
@@ -512,6 +524,7 @@ class TreeSampler(threading.Thread):
         self.peak_pss_kb, self.samples, self.max_procs = 0, 0, 0
         self.max_uss_kb: dict[str, int] = {}  # by process title ("ray::ClientActor", ...)
         self.peak_pss_by_title: dict[str, int] = {}  # each title's total at the overall peak
+        self.cpu_ticks: dict[int, tuple[str, int]] = {}  # pid: (title, ticks last seen)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -527,6 +540,9 @@ class TreeSampler(threading.Thread):
                 continue
             pss, uss = sizes
             title = self.title(pid, cmdline)
+            ticks = _cpu_ticks(pid)
+            if ticks is not None:
+                self.cpu_ticks[pid] = (title, ticks)
             total += pss
             by_title[title] = by_title.get(title, 0) + pss
             if title.startswith("ray::") or (pid == self.root and self.worker_of_root):
@@ -546,6 +562,14 @@ class TreeSampler(threading.Thread):
         words = [w for w in cmdline.split() if not w.startswith("-")]
         scripts = [w for w in words if w.endswith(".py")]  # python .../log_monitor.py
         return Path((scripts or words or ["?"])[0]).name
+
+    def cpu_s_by_title(self) -> dict[str, float]:
+        """CPU seconds per process title, summed over its processes."""
+        hertz = os.sysconf("SC_CLK_TCK")
+        totals: dict[str, float] = {}
+        for title, ticks in self.cpu_ticks.values():
+            totals[title] = totals.get(title, 0.0) + ticks / hertz
+        return {k: round(v, 1) for k, v in sorted(totals.items())}
 
     def client_uss_mb(self) -> float:
         """The largest USS of a client process (a Ray actor worker; plain: the one process)."""
@@ -588,6 +612,7 @@ def run_side(side: str, python: str, spec: dict[str, Any], tmp: Path, label: str
         max_client_uss_mb=sampler.client_uss_mb(),
         max_uss_mb_by_process={k: round(v / 1024, 1) for k, v in sampler.max_uss_kb.items()},
         memory_samples=sampler.samples,
+        cpu_s_by_process=sampler.cpu_s_by_title(),
         max_processes=sampler.max_procs,
     )
     return result
