@@ -306,7 +306,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
                 with self.slots.resident():  # the total leaves the device with the call
                     total = {k: v.to(self.device) for k, v in result.total.items()}
                     self.algorithm.apply_lap(name, round_, total, list(result.contributors))
-                    del total
+                    del total  # before the cache is returned as the call ends
                 # Every member gets the same total: these let anyone check it did.
                 metrics[f"lap_{name}_contributors"] = float(len(result.contributors))
                 metrics[f"lap_{name}_checksum"] = lap_checksum(result.total)

@@ -64,7 +64,7 @@ class CoordinatorCore(Recovery, RunOutputs):
         self.stop_reason: str | None = None
         self.broadcast_epoch = -1
         self.saved_at = 0.0
-        self.outputs_at, self.rows_written, self.round_whole = 0.0, 0, False
+        self.outputs_at, self.rows_written, self.rounds_written = 0.0, 0, 0
         schedule = config.schedule
         factors = Heterogeneity(
             config.heterogeneity, config.experiment.seed, config.total_clients
@@ -205,12 +205,6 @@ class CoordinatorCore(Recovery, RunOutputs):
         """
         return max(wanted or 0, self._newest_trained() + 2)
 
-    def _reported_by_all(self, round_: int) -> bool:
-        """Every live member that trains ``round_`` has reported it (a joiner starts later)."""
-        reports = self.results.by_round.get(round_, {})
-        members = self.table.members
-        return all(c in reports or members[c].first_round > round_ for c in self.table.live)
-
     def _newest_trained(self) -> int:
         """The furthest round any member has finished training; -1 before any has."""
         members = self.table.members.values()
@@ -224,11 +218,9 @@ class CoordinatorCore(Recovery, RunOutputs):
                 self._rejoin(client_id)
             self.table.seen(client_id, round_)
             self.health.heard(client_id)
-            if self.results.has_round(client_id, round_):
-                return  # a retried report: recorded, logged and counted already
-            self.pace.record(client_id, metrics)
+            if not self.results.has_round(client_id, round_):
+                self.pace.record(client_id, metrics)
             self.tracker.add_metrics(self.results.record_round(client_id, round_, metrics), round_)
-            self.round_whole = self.round_whole or self._reported_by_all(round_)
 
     def report_event(
         self, kind: EventKind, client_id: int, round_: int, detail: str = "", **measured: float

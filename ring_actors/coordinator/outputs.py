@@ -27,7 +27,7 @@ class RunOutputs(CoordinatorState):
 
     outputs_at: float
     rows_written: int
-    round_whole: bool  # a round's last report came in since the last write
+    rounds_written: int  # the rounds every live member had finished at the last write
 
     def _write_partial_outputs(self) -> None:
         """The output files as they stand, so a run that dies keeps every finished round;
@@ -38,11 +38,11 @@ class RunOutputs(CoordinatorState):
         a run of short rounds, or one killed, would finish rounds its outputs never show."""
         now = time.monotonic()
         with self.lock:
-            rows = self.results.rows
+            rows, completed = self.results.rows, self._rounds_completed()
             throttled = len(rows) == self.rows_written or now - self.outputs_at < OUTPUTS_EVERY_S
-            if throttled and not self.round_whole:
+            if throttled and completed == self.rounds_written:
                 return
-            self.outputs_at, self.rows_written, self.round_whole = now, len(rows), False
+            self.outputs_at, self.rows_written, self.rounds_written = now, len(rows), completed
             summary = {**self.summary(self.results.now()), "partial": True}
             config, rows, events = self.public_config(), list(rows), list(self.results.events)
         write_outputs(self.output_dir, config, summary, rows, events)
@@ -94,16 +94,17 @@ class RunOutputs(CoordinatorState):
             write_outputs(self.output_dir, config, summary, rows, events)
         return summary
 
+    def _rounds_completed(self) -> int:
+        """The rounds every live member has finished."""
+        return min((self.table.members[c].last_round + 1 for c in self.table.live), default=0)
+
     def summary(self, wall_s: float) -> dict[str, Any]:
-        live = self.table.live
         return summarise_run(
             self.config,
             RunFacts(
                 members=len(self.table.members),
-                rounds_completed=min(
-                    (self.table.members[c].last_round + 1 for c in live), default=0
-                ),
-                ring_order=live,
+                rounds_completed=self._rounds_completed(),
+                ring_order=self.table.live,
                 rows=self.results.rows,
                 reports=self.results.reports(),
                 done=list(self.results.done.values()),
