@@ -24,6 +24,10 @@ itself; the largest N that ran is reported per model and side. Figures, per run:
   rounds' latest client reports; plain: its loop), ``samples_per_s`` = N x samples / that;
 * ``gpu_total_mb``: the most ``nvidia-smi`` saw in use on the GPU during the run, less what
   was in use before it started (every process's CUDA context included);
+* the ring's round broken down (``client_*``, medians over client-rounds after the first):
+  the client's whole round, its training, its wait for a compute slot and its wait for the
+  lap's average; and its start-up: ``ray_init_s``, then ``launch_and_end_s`` (placing the
+  actors, loading data and building models, and at the end writing the outputs);
 * per client: ``context_mb`` (a client process's memory on the GPU less what torch reserved
   in it; plain has one process for all), ``resident_mb`` (what torch holds for the client
   between its slots: parameters, data, and the optimiser state where it stays on the GPU)
@@ -87,6 +91,15 @@ def round_times(ends: list[float], start: float) -> dict[str, float]:
     return {"first_round_s": durations[0], "s_per_round": statistics.median(rest)}
 
 
+def round_breakdown(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Where a ring client's round goes, the median over client-rounds: training, waiting
+    for a compute slot, and waiting on the lap (the ring's average) to come round."""
+    return {
+        f"client_{key}": statistics.median(r[key] for r in rows)
+        for key in ("round_s", "train_s", "slot_wait_s", "gather_wait_s")
+    }
+
+
 # ---- the two sides, each run in its own subprocess ------------------------------------------
 
 
@@ -98,6 +111,7 @@ def side_ring(spec: dict[str, Any]) -> dict[str, Any]:
     from ring_actors.runtime.driver import run_experiment
 
     config = load_config(None, overrides(spec))
+    started = time.monotonic()
     ray.init(
         address="local",
         num_cpus=spec["cores"],
@@ -107,11 +121,21 @@ def side_ring(spec: dict[str, Any]) -> dict[str, Any]:
         configure_logging=False,
     )
     out = Path(spec["work"]) / "ring"
+    ray_up = time.monotonic()
     summary = run_experiment(config, out, progress=False)
+    run_s = time.monotonic() - ray_up
     ray.shutdown()
     rows = pq.read_table(out / "metrics.parquet").to_pylist()
     ends = [max(r["time_s"] for r in rows if r["round"] == k) for k in range(spec["rounds"])]
-    result = {"rounds_completed": summary["rounds_completed"], **round_times(ends, 0.0)}
+    result = {
+        "rounds_completed": summary["rounds_completed"],
+        **round_times(ends, 0.0),
+        "ray_init_s": ray_up - started,
+        # Launch (actors placed, data loaded, models built) and the end (outputs written,
+        # actors stopped): the run's own wall time covers the rounds between them.
+        "launch_and_end_s": run_s - summary["wall_s"],
+        **round_breakdown([r for r in rows if r["round"] > 0] or rows),
+    }
     last = [r for r in rows if r["round"] == spec["rounds"] - 1]
     if spec["cuda"] and last:
         result["resident_mb"] = statistics.median(r["gpu_allocated_mb"] for r in last)

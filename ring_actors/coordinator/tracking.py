@@ -231,14 +231,17 @@ class Tracker:
                 self._wake.wait(self.retry.every_s)
                 self._wake.clear()
                 continue
-            if time.monotonic() >= self._deadline:
+            # A missing MLflow package is not an outage: no retry can end it.
+            missing = isinstance(failure, ImportError)
+            if time.monotonic() >= self._deadline or (missing and self._status is not None):
                 self._give_up(failure)
                 return
             if not backoff:
                 log.warning(
-                    "MLflow at %s is not answering (%s); metrics stay buffered, retrying",
-                    self.public_uri,
+                    "MLflow %s (%s); metrics stay buffered, %s",
+                    "is not installed" if missing else f"at {self.public_uri} is not answering",
                     redact_text(repr(failure), self.uri),
+                    "for the unsent file" if missing else "retrying",
                 )
             backoff = min(max(2 * backoff, self.retry.first_backoff_s), self.retry.max_backoff_s)
             self._hurry.wait(min(backoff, max(0.0, self._deadline - time.monotonic())))
@@ -328,10 +331,11 @@ class Tracker:
                 return
         path = self._write_unsent(rows) if rows else None
         log.warning(
-            "MLflow at %s did not answer within %.0f s of the end (%s): %d metrics%s; "
-            "%d output entries not uploaded (they are in %s)%s",
+            "MLflow at %s %s (%s): %d metrics%s; %d output entries not uploaded (they are in %s)%s",
             self.public_uri,
-            self.retry.close_s,
+            "is not installed"
+            if isinstance(failure, ImportError)
+            else f"did not answer within {self.retry.close_s:.0f} s of the end",
             redact_text(repr(failure), self.uri),
             len(rows),
             f" written to {path}" if path else "",

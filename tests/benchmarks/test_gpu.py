@@ -27,6 +27,10 @@ def test_both_sides_run_and_report_at_tiny_sizes(tmp_path):
         assert row["rounds_completed"] == 2 and row["set"] == ["clients.offload_parameters_mb=null"]
         assert row["s_per_round"] > 0 and row["samples_per_s"] > 0
         assert ("gpu_total_mb" in row) == torch.cuda.is_available()
+    ring = rows[0]
+    assert 0 < ring["client_train_s"] <= ring["client_round_s"]
+    assert ring["client_slot_wait_s"] >= 0 and ring["client_gather_wait_s"] >= 0
+    assert ring["ray_init_s"] > 0 and ring["launch_and_end_s"] > 0
     assert [json.loads(line) for line in out.read_text().splitlines()] == rows
     assert largest_that_ran(rows) == {"cnn/ring": 2, "cnn/plain": 2}
     assert table(rows).count("\n") == 3  # header, rule, two runs

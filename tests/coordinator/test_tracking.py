@@ -107,6 +107,32 @@ def test_a_dead_server_never_blocks_the_caller_and_end_keeps_every_metric(tmp_pa
     assert tracker.run_id is None and all(r["run_id"] is None for r in rows)
 
 
+def test_without_mlflow_installed_end_writes_the_unsent_file_at_once(tmp_path):
+    """A missing MLflow is not an outage that retrying can end: the metrics go to the
+    unsent file when the run ends, without the close's retry window."""
+    code = (
+        "import sys, time; sys.modules['mlflow'] = None\n"  # as if it were not installed
+        "from pathlib import Path\n"
+        "from ring_actors.coordinator.tracking import Tracker\n"
+        f"folder = Path({str(tmp_path)!r})\n"
+        "tracker = Tracker(f'sqlite:///{folder}/m.db', 'exp', 'run', output_dir=folder)\n"
+        "tracker.open()\n"
+        "tracker.add_metrics({'loss': 0.5}, 0)\n"
+        "started = time.monotonic()\n"
+        "print(tracker.end(), time.monotonic() - started)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    path, took = done.stdout.split()
+    assert path == str(RunFolder(tmp_path).unsent_metrics)
+    assert float(took) < 5.0, done.stderr
+    rows = [
+        json.loads(line) for line in RunFolder(tmp_path).unsent_metrics.read_text().splitlines()
+    ]
+    assert [(r["key"], r["value"], r["step"]) for r in rows] == [("loss", 0.5, 0)]
+    assert "not installed" in done.stderr
+
+
 def test_checkpoints_stay_out_of_the_upload(tmp_path, mlflow_uri):
     """The layout a run leaves: clients' checkpoints under clients/, the coordinator's
     record (and an interrupted write of it) next to the contract files."""
