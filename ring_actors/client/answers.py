@@ -19,6 +19,7 @@ from ring_actors.delivery.payload_checks import (
 )
 from ring_actors.delivery.payloads import Channel, Payload, PayloadError
 from ring_actors.delivery.transport import ClientHandle
+from ring_actors.delivery.wire import WirePayload, from_wire
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +27,15 @@ log = logging.getLogger(__name__)
 class PeerAnswers(ClientState):
     """The calls a client answers; mixed into :class:`~ring_actors.client.core.ClientCore`."""
 
-    def receive(self, payload: Payload) -> bool:
+    def receive(self, payload: Payload | WirePayload) -> bool:
         """Validate and enqueue (or, for a ring lap, pass on); never blocks on training.
 
         True acknowledges the delivery (a duplicate re-send is acknowledged but not queued
         twice); False means rejected: malformed, non-finite, or from a bypassed member.
         """
         try:
+            if isinstance(payload, WirePayload):  # from another process: its tensors as bytes
+                payload = from_wire(payload)
             if not isinstance(payload, Payload):
                 raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
             payload.validate(None, self.max_payload_bytes)

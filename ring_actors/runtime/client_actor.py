@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ring_actors.data.sources import DatasetArrays
     from ring_actors.delivery.payloads import Payload
     from ring_actors.delivery.transport import ClientHandle
+    from ring_actors.delivery.wire import WirePayload
 
 CONTROL_GROUP = "control"  # the coordinator's probes, apart from peers' receives
 CONCURRENCY_GROUPS = {CONTROL_GROUP: 2}
@@ -118,11 +119,14 @@ class ClientActor:
             num_local_test=len(core.data.local_test),
         )
 
-    def receive(self, payload: Payload) -> bool:
+    def receive(self, payload: WirePayload | Payload) -> bool:
         return self.core.receive(payload)
 
-    def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
-        return self.core.serve(round_, keys)
+    def serve(self, round_: int, keys: tuple[str, ...]) -> WirePayload | None:
+        from ring_actors.delivery.wire import to_wire
+
+        answer = self.core.serve(round_, keys)
+        return to_wire(answer) if answer is not None else None
 
     def lap_result(self, name: str, round_: int) -> LapResult | None:
         return self.core.lap_result(name, round_)

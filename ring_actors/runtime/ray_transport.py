@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,21 @@ if TYPE_CHECKING:  # the coordinator and the slot pools never import torch
 CALLEE_DIED = (RayActorError, OutOfMemoryError, WorkerCrashedError)
 
 
+def _to_wire(payload: Payload) -> Any:
+    """Tensors as bytes, which Ray passes out of band (``delivery/wire.py`` says why).
+    Imported here, not above: only clients send payloads, and the control plane that also
+    holds client handles never imports torch."""
+    from ring_actors.delivery.wire import to_wire
+
+    return to_wire(payload)
+
+
+def _from_wire(answer: Any) -> Any:
+    from ring_actors.delivery.wire import WirePayload, from_wire
+
+    return from_wire(answer) if isinstance(answer, WirePayload) else answer
+
+
 @dataclass(frozen=True)
 class RayPending:
     """An actor call's ObjectRef as a :class:`~ring_actors.delivery.transport.Pending`.
@@ -38,6 +53,7 @@ class RayPending:
     """
 
     ref: ray.ObjectRef
+    unpack: Callable[[Any], Any] | None = None  # what the answer needs on arrival
 
     def done(self) -> bool:
         ready, _ = ray.wait([self.ref], timeout=0)
@@ -45,13 +61,14 @@ class RayPending:
 
     def result(self, timeout: float | None = None) -> Any:
         try:
-            return ray.get(self.ref, timeout=timeout)
+            answer = ray.get(self.ref, timeout=timeout)
         except GetTimeoutError as err:
             raise TimeoutError(str(err)) from err
         except ActorUnavailableError as err:
             raise PeerUnavailable(str(err)) from err
         except CALLEE_DIED as err:
             raise PeerGone(type(err).__name__) from err
+        return self.unpack(answer) if self.unpack else answer
 
 
 @dataclass(frozen=True)
@@ -61,10 +78,10 @@ class RayClientHandle:
     actor: ray.actor.ActorHandle
 
     def receive(self, payload: Payload) -> RayPending:
-        return RayPending(self.actor.receive.remote(payload))
+        return RayPending(self.actor.receive.remote(_to_wire(payload)))
 
     def serve(self, round_: int, keys: tuple[str, ...]) -> RayPending:
-        return RayPending(self.actor.serve.remote(round_, keys))
+        return RayPending(self.actor.serve.remote(round_, keys), _from_wire)
 
     def lap_result(self, name: str, round_: int) -> RayPending:
         return RayPending(self.actor.lap_result.remote(name, round_))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.wire import to_wire
 from ring_actors.models import build_backbone
 from ring_actors.run_checks import RunFolderError
 from ring_actors.runtime.driver import (
@@ -190,10 +192,14 @@ def test_receiver_rejects_malformed_payloads_and_drops_duplicates(ray_local, tmp
         assert ray.get(client.receive.remote(bad)) is False
         assert ray.get(client.receive.remote(wrong_keys)) is False
         assert ray.get(client.receive.remote("not a payload")) is False
+        wire = to_wire(Payload(0, 3, 0, 3, state, num_samples=10))
+        cut = replace(wire.tensors["head.bias"], data=wire.tensors["head.bias"].data[:-1])
+        torn = replace(wire, tensors={**wire.tensors, "head.bias": cut})
+        assert ray.get(client.receive.remote(torn)) is False  # bytes short of its shape
         assert ray.get(client.receive.remote(good)) is True
-        assert ray.get(client.receive.remote(good)) is True  # a re-send: acknowledged again...
+        assert ray.get(client.receive.remote(to_wire(good))) is True  # a re-send: acknowledged...
         stats = ray.get(client.stats.remote())
-        assert stats["rejected"] == 3
+        assert stats["rejected"] == 4
         assert stats["inbox"] == 1  # ...but queued once, and the rejected ones not at all
     finally:
         shutdown(experiment)
