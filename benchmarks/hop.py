@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         payload = Payload(0, 0, 0, 0, {k: v.detach().clone() for k, v in state.items()})
         hop_ms(receiver, payload, True, 2)  # warm both paths
         hop_ms(receiver, payload, False, 2)
-        runs: dict[bool, list[float]] = {True: [], False: []}
+        runs: dict[bool, list[float]] = {False: [], True: []}  # pickled first, as sent
         for _ in range(args.repeats):
             for wire in (False, True):
                 runs[wire] += hop_ms(receiver, payload, wire, 1)
