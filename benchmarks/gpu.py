@@ -25,8 +25,9 @@ itself; the largest N that ran is reported per model and side. Figures, per run:
 * ``gpu_total_mb``: the most ``nvidia-smi`` saw in use on the GPU during the run, less what
   was in use before it started (every process's CUDA context included);
 * the ring's round broken down (``client_*``, medians over client-rounds after the first):
-  the client's whole round, its training, its wait for a compute slot and its wait for the
-  lap's average; and its start-up: ``ray_init_s``, then ``launch_and_end_s`` (placing the
+  the client's whole round, its training, its wait for a compute slot and its wait for its
+  in-neighbours' pushes (the gather); the rest of the round is its laps, evaluation and
+  publishing; and its start-up: ``ray_init_s``, then ``launch_and_end_s`` (placing the
   actors, loading data and building models, and at the end writing the outputs);
 * per client: ``context_mb`` (a client process's memory on the GPU less what torch reserved
   in it; plain has one process for all), ``resident_mb`` (what torch holds for the client
@@ -93,7 +94,7 @@ def round_times(ends: list[float], start: float) -> dict[str, float]:
 
 def round_breakdown(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Where a ring client's round goes, the median over client-rounds: training, waiting
-    for a compute slot, and waiting on the lap (the ring's average) to come round."""
+    for a compute slot, and waiting for the in-neighbours' pushes."""
     return {
         f"client_{key}": statistics.median(r[key] for r in rows)
         for key in ("round_s", "train_s", "slot_wait_s", "gather_wait_s")

@@ -64,7 +64,7 @@ def _tensor_of(name: str, wire: WireTensor) -> torch.Tensor:
     shape, data = getattr(wire, "shape", None), getattr(wire, "data", None)
     if not isinstance(shape, tuple) or not all(isinstance(n, int) and n >= 0 for n in shape):
         raise PayloadError(f"tensor {name!r}: shape {shape!r} is not a tuple of sizes")
-    size = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    size = math.prod(shape) * dtype.itemsize
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.size != size:
         raise PayloadError(f"tensor {name!r}: bytes do not fit {wire.dtype} {shape}")
     if size == 0:
