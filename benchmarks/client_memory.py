@@ -41,14 +41,15 @@ class Probe:
             base.Algorithm.make_optimizer = lambda self, params: torch.optim.SGD(
                 params, lr=self.options.lr, momentum=self.options.momentum
             )
-        client = ClientActor(0, config, dataset, split, test, None, "/tmp", "probe")
+        core = ClientActor(0, config, dataset, split, test, None, "/tmp", "probe").core
+        algorithm, data = core.algorithm, core.data
         phases["model, optimiser, data"] = uss_mb()
-        client.algorithm.train_round(client.train)
+        algorithm.train_round(data.train)
         phases["1 round trained"] = uss_mb()
         for _ in range(rounds - 1):
-            client.algorithm.train_round(client.train)
-            client.algorithm.evaluate(client.local_test)
-            client.algorithm.evaluate(client.global_test)
+            algorithm.train_round(data.train)
+            algorithm.evaluate(data.local_test)
+            algorithm.evaluate(data.global_test)
         phases[f"{rounds} rounds, evaluated"] = uss_mb()
         if trim:  # what a client does when it gives its compute slot back
             release_freed_memory()

@@ -26,7 +26,7 @@ Local-T figures should agree up to float summation order:
   Ray started the way ``jobs.train`` starts a local Ray (no dashboard unless asked).
 
 Every side runs in its own subprocess (a fresh Ray for each Ray side, started and shut down
-inside it), so its memory can be measured from the outside: every 0.5 s a thread sums
+inside it), so its memory can be measured from the outside: every 5 s a thread sums
 ``Pss`` from ``/proc/PID/smaps_rollup`` over the subprocess and all its descendants (a local
 Ray's daemons and workers descend from the driver that started it), and keeps the largest
 USS (``Private_Clean + Private_Dirty``) of a client process: a ``ray::ClientActor`` or
@@ -66,7 +66,10 @@ from typing import Any
 from benchmarks.common import REPO, memory_kb
 
 SIDES = ("plain", "flower", "ring")
-SAMPLE_S = 0.5
+# Reading every process's page tables costs CPU on the cores being measured, and the more so
+# the more processes a side runs: at 0.5 s it took 36.6 CPU-s from the ring's 8-client run
+# against 14.0 from Flower's, at 5 s 4.1-4.5 against 1.6, with the same peak PSS.
+SAMPLE_S = 5.0
 # Processes that hold a client: the ring's actors, Flower's, and the plain side's one process.
 CLIENT_TITLES = ("ray::ClientActor", "ray::ClientAppActor", "driver")
 
@@ -441,6 +444,7 @@ def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
         {
             "round": row["round"],
             "train_s": row["train_s"],
+            "train_cpu_s": row["train_cpu_s"],  # the training thread's CPU time
             "slot_wait_s": row["slot_wait_s"],
             "gather_wait_s": row["gather_wait_s"],
             # evaluation, the lap's hops and publishing: the round less the phases above
@@ -517,9 +521,10 @@ class TreeSampler(threading.Thread):
     """Peak PSS of a process tree, the largest USS of one of its worker processes, and the
     CPU time each kind of process used (as last seen before it exited)."""
 
-    def __init__(self, root: int, worker_of_root: bool) -> None:
+    def __init__(self, root: int, worker_of_root: bool, every_s: float = SAMPLE_S) -> None:
         super().__init__(daemon=True)
-        self.root, self.worker_of_root = root, worker_of_root
+        self.root, self.worker_of_root, self.every_s = root, worker_of_root, every_s
+        self.own_cpu_s = 0.0  # what sampling cost: it shares the cores with the side measured
         self.stop = threading.Event()
         self.peak_pss_kb, self.samples, self.max_procs = 0, 0, 0
         self.max_uss_kb: dict[str, int] = {}  # by process title ("ray::ClientActor", ...)
@@ -527,9 +532,11 @@ class TreeSampler(threading.Thread):
         self.cpu_ticks: dict[int, tuple[str, int]] = {}  # pid: (title, ticks last seen)
 
     def run(self) -> None:
+        started = time.thread_time()
         while not self.stop.is_set():
             self.sample()
-            self.stop.wait(SAMPLE_S)
+            self.own_cpu_s = time.thread_time() - started
+            self.stop.wait(self.every_s)
 
     def sample(self) -> None:
         total, by_title = 0, {}
@@ -590,7 +597,7 @@ def run_side(side: str, python: str, spec: dict[str, Any], tmp: Path, label: str
     started = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-        sampler = TreeSampler(proc.pid, worker_of_root=side == "plain")
+        sampler = TreeSampler(proc.pid, side == "plain", spec["sample_every_s"])
         sampler.start()
         code = proc.wait()
     wall = time.monotonic() - started
@@ -612,6 +619,7 @@ def run_side(side: str, python: str, spec: dict[str, Any], tmp: Path, label: str
         max_client_uss_mb=sampler.client_uss_mb(),
         max_uss_mb_by_process={k: round(v / 1024, 1) for k, v in sampler.max_uss_kb.items()},
         memory_samples=sampler.samples,
+        sampler_cpu_s=sampler.own_cpu_s,
         cpu_s_by_process=sampler.cpu_s_by_title(),
         max_processes=sampler.max_procs,
     )
@@ -651,6 +659,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="KEY=VALUE",
         help="ring runtime settings to measure, e.g. clients.concurrency=1 (never the workload)",
+    )
+    parser.add_argument(
+        "--sample-every",
+        type=float,
+        default=SAMPLE_S,
+        help="seconds between memory samples; sampling takes CPU from the side measured",
     )
     parser.add_argument("--data-root", default=os.environ.get("RING_ACTORS_DATA"))
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)
@@ -747,6 +761,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch_size": args.batch_size,
             "splits": str(tmp / "splits.npz"),
             "tmp": str(tmp),
+            "sample_every_s": args.sample_every,
         }
         sizes = write_splits(spec, tmp / "splits.npz")
         spec |= {"num_classes": sizes.pop("num_classes"), "input_shape": sizes.pop("input_shape")}
@@ -770,8 +785,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, interpreter, extra, label in runs:
                 print(f"  running {label} ...", flush=True)
                 result = run_side(name, interpreter, {**spec, **extra}, tmp, label)
-                brief = ("s_per_round", "command_s", "peak_pss_gb", "local_acc")
-                print(f"  {label}: {json.dumps({k: result[k] for k in brief})}", flush=True)
+                brief = ("s_per_round", "command_s", "peak_pss_gb", "local_acc", "sampler_cpu_s")
+                shown = {k: result[k] for k in brief}
+                shown["train_s_median"] = result["breakdown"].get("train_s_median")
+                print(f"  {label}: {json.dumps(shown)}", flush=True)
                 results.append(result)
     printed = table(results) + "\n\n" + breakdown_table(results)
     print(printed)

@@ -277,12 +277,15 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         if delay:
             time.sleep(delay)
         with self.slots.hold(round_):
-            computing = time.monotonic()
+            computing, computing_cpu = time.monotonic(), time.thread_time()
             self.algorithm.begin_round(round_)
             taken = self.exchange_control.taken(received)
             self.algorithm.merge([p.to(self.device) for p in taken])
             metrics = self.algorithm.train_round(self.data.train)
             train_s = time.monotonic() - computing
+            # Below train_s when work beside the slot holders (laps, peers' calls, other
+            # processes) takes the core, or with several torch threads.
+            train_cpu_s = time.thread_time() - computing_cpu
         # A slower device's extra time, slept outside the slot (never past the time budget).
         slowed_s = min(self.hetero.compute_delay(self.id, train_s), max(0.0, self._time_left()))
         if slowed_s > 0:
@@ -326,6 +329,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         metrics.update(
             merged=float(len(received)),
             train_s=train_s,
+            train_cpu_s=train_cpu_s,
             slot_wait_s=self.slots.waited_s - slot_wait_before,
             round_s=time.monotonic() - started,
             compute_delay_s=slowed_s,

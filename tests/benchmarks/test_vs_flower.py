@@ -31,3 +31,21 @@ def test_the_table_has_a_column_per_phase_any_side_reports():
     lines = breakdown_table(rows).splitlines()
     assert lines[0] == "| side | load_s | train_s | compute share |"
     assert lines[2] == "| ring |  | 5.00 | 0.80 |" and lines[3] == "| flower | 0.20 |  | 0.90 |"
+
+
+def test_the_memory_sampler_reports_what_sampling_cost():
+    """Sampling reads every process's page tables: its own CPU time is reported, since it
+    shares the cores with the side it measures (more processes, more cost)."""
+    import os
+    import time
+
+    from benchmarks.vs_flower import TreeSampler
+
+    sampler = TreeSampler(os.getpid(), True, every_s=0.05)
+    sampler.start()
+    time.sleep(0.5)
+    sampler.stop.set()
+    sampler.join()
+    assert sampler.samples >= 3
+    assert 0 < sampler.own_cpu_s < 0.5
+    assert sampler.peak_pss_kb > 0

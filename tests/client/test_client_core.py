@@ -27,6 +27,7 @@ class Reports:
     def __init__(self) -> None:
         self.events: list[tuple[str, int, str]] = []
         self.unreachable: list[int] = []
+        self.rounds: list[dict[str, float]] = []
 
     def report_event(self, kind, client_id, round_, detail="", **measured):
         self.events.append((kind, round_, detail))
@@ -34,7 +35,8 @@ class Reports:
     def report_unreachable(self, reporter, target, epoch):
         self.unreachable.append(target)
 
-    def report_round(self, *args): ...
+    def report_round(self, client_id, round_, metrics):
+        self.rounds.append(metrics)
 
     def report_done(self, *args): ...
 
@@ -92,6 +94,14 @@ def test_a_sync_round_waits_for_that_very_round_even_if_a_later_one_came_first()
     assert client.receive(share(client, 2, 1))
     thread.join(2)
     assert [(p.sender, p.round) for p in gathered] == [(2, 1)]
+
+
+def test_a_round_reports_the_training_threads_cpu_time_beside_its_wall_time():
+    client = core(algorithm="local")
+    client.set_view(View(2, (0,), (0,)), {})
+    assert client.run_round(0)
+    (metrics,) = client.control.rounds
+    assert 0 < metrics["train_cpu_s"] <= metrics["train_s"] + 0.01
 
 
 @pytest.mark.parametrize(
