@@ -40,7 +40,6 @@ from benchmarks.common import REPO
 
 def child(marks_path: Path, cli_args: list[str]) -> int:
     marks: dict[str, float] = {"child_main": time.time()}
-    gets: list[float] = []
 
     import jobs.train as cli  # imports ring_actors.config, hence torch
 
@@ -64,15 +63,10 @@ def child(marks_path: Path, cli_args: list[str]) -> int:
         setattr(module, name, wrapper)
 
     class RayProxy:
-        """``ray`` as the driver sees it, noting when each ``ray.get`` returns."""
+        """``ray`` as the driver sees it, noting when its first ``ray.put`` returns."""
 
         def __getattr__(self, name: str):
             return getattr(ray, name)
-
-        def get(self, *args, **kwargs):
-            out = ray.get(*args, **kwargs)
-            gets.append(time.time())
-            return out
 
         def put(self, *args, **kwargs):
             out = ray.put(*args, **kwargs)
@@ -82,8 +76,9 @@ def child(marks_path: Path, cli_args: list[str]) -> int:
     timed(cli, "load_config", "config")
     for name, label in (
         ("load_dataset", "dataset"),
-        ("split_clients", "split"),
+        ("split_for", "split"),
         ("connect_ray", "ray_init"),
+        ("start_clients", "actors"),  # the client actors, started in waves
         ("launch", "launch"),
         ("wait_and_finalize", "follow"),
     ):
@@ -92,7 +87,7 @@ def child(marks_path: Path, cli_args: list[str]) -> int:
     try:
         return cli.main(cli_args)
     finally:
-        marks_path.write_text(json.dumps({"marks": marks, "gets": gets}))
+        marks_path.write_text(json.dumps({"marks": marks}))
 
 
 # ---- the parent: run, then read the absolute timeline back ------------------------------------
@@ -170,12 +165,6 @@ def run_once(kind: str, overrides: list[str], cold_cache: bool) -> dict[str, Any
         if kind == "traced":
             traced = json.loads(marks_path.read_text())
             result.update({k: v - spawned for k, v in traced["marks"].items()})
-            gets = [g - spawned for g in traced["gets"]]
-            n = result["clients"]
-            result["actors_described"] = gets[0]  # every ClientActor constructed
-            result["coordinator_ready"] = gets[1]  # first register: coordinator constructed
-            result["registered"] = gets[n]
-            result["start_clients_returned"] = gets[n + 1]
         return result
 
 
@@ -185,12 +174,12 @@ PHASES = [  # (label, start mark, end mark)
     ("import ring_actors.runtime.driver (ray, mlflow)", "imported_cli", "imported_experiment"),
     ("load + validate config", "config_begin", "config_end"),
     ("load_dataset", "dataset_begin", "dataset_end"),
-    ("split_clients + Global-T indices", "split_begin", "ray_init_begin"),
+    ("split_for + Global-T indices", "split_begin", "ray_init_begin"),
     ("ray.init (connect_ray)", "ray_init_begin", "ray_init_end"),
     ("ray.put(dataset)", "ray_init_end", "ray_put_end"),
-    ("client actors constructed (all describe())", "ray_put_end", "actors_described"),
-    ("coordinator ready + registration", "actors_described", "registered"),
-    ("launch returned -> start_clients returned", "registered", "start_clients_returned"),
+    ("client actors started (every one constructed)", "actors_begin", "actors_end"),
+    ("... -> launch returned", "actors_end", "launch_end"),
+    ("launch returned -> rounds begin (start_clients)", "launch_end", "start_clients"),
     ("start_clients -> first client's round 0 reported", "start_clients", "round0_first_reported"),
     ("... -> every client's round 0 reported", "round0_first_reported", "round0_all_reported"),
 ]
