@@ -207,6 +207,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
     def run(self, first_round: int, joining: bool) -> None:
         """Every round from ``first_round`` on; a failure is reported, never swallowed."""
         try:
+            self._await_first_view()
             if joining:
                 with self.slots.resident():
                     self.algorithm.joining(first_round)
@@ -238,6 +239,14 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
             log.exception("client %d failed in round %d", self.id, self.round)
             text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
             self.control.report_failed(self.id, self.round, text)
+
+    def _await_first_view(self) -> None:
+        """Wait (at most a hop's timeout) for the coordinator's view. Its broadcast and the
+        call that starts this loop may run in either order on the actor's threads. Without
+        the view, a resumed client's first gather would await no in-neighbour and merge
+        nothing."""
+        if self.current_view.epoch == 0:
+            self.inbox.wait(lambda: self.current_view.epoch > 0, self.timeouts.hop_s, self.tick)
 
     def _initialise_from_hand_off(self) -> None:
         """Run ``init_from`` on the hand-off; a method that hands nothing over needs none,

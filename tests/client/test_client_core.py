@@ -4,6 +4,7 @@ or a stale lap token can and cannot do to it."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -219,3 +220,29 @@ def test_views_are_ordered_by_epoch_so_a_stale_coordinator_cannot_roll_one_back(
     client.set_view(View(4, (0, 1, 2), (0, 0, 0)), {1: Peer()})  # an older incarnation's
     assert client.current_view.epoch == 9 and client.current_view.members == (0, 2)
     assert client.topology.out_neighbours(client.current_view.members, 0, 0) == [2]
+
+
+def test_a_resumed_loop_waits_for_its_view_before_it_gathers():
+    """The view's broadcast and the call that resumes a client may run in either order on
+    the actor's threads; a loop that began without a view awaited no in-neighbour and
+    merged nothing in its first round."""
+    config = config_from_dict(
+        {
+            "experiment": {"rounds": 3},
+            "clients": {"count": 3},
+            "algorithm": {"name": "dfedavg"},
+            "schedule": {"mode": "sync", "hop_timeout_s": 5},
+        }
+    )
+    method = build_algorithm(config, 0, 4, SHAPE, torch.device("cpu"))
+    data = separable(32, 4, SHAPE)
+    client = ClientCore(0, config, method, ClientData(data, data, data), Reports())
+    client.completed = 1  # as restored from its checkpoint of round 1
+    client.resume()  # round 2, before any view came
+    time.sleep(0.3)
+    client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})
+    time.sleep(0.3)
+    assert client.receive(share(client, 2, 1))  # the in-neighbour's push of round 1
+    client.thread.join(10)
+    (metrics,) = client.control.rounds
+    assert metrics["merged"] == 1.0
