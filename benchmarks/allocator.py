@@ -43,27 +43,13 @@ def child(epochs: int, max_train: int, data_root: str | None) -> list[dict[str, 
     """Train client 0 ``epochs`` times on a thread; what each epoch cost."""
     import torch
 
-    from benchmarks.vs_flower import client_data, new_fedavg, task_spec, write_splits
+    from benchmarks.vs_flower import fedavg_client, fedavg_workload
     from ring_actors.runtime.worker_env import release_freed_memory
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="allocator-") as tmp:
-        spec: dict[str, Any] = {
-            "clients": 8,
-            "rounds": epochs,
-            "max_train_per_client": max_train,
-            "data_root": data_root,
-            "cores": 1,
-            "seed": 0,
-            "lr": 0.01,
-            "momentum": 0.9,
-            "batch_size": 64,
-            "splits": str(Path(tmp) / "splits.npz"),
-        }
-        sizes = write_splits(spec, Path(spec["splits"]))
-        spec |= {"num_classes": sizes["num_classes"], "input_shape": sizes["input_shape"]}
-        train, _ = client_data(spec, 0)
-    algorithm = new_fedavg(spec, task_spec(spec, 0))
+        spec = fedavg_workload(8, epochs, max_train, data_root, 1, Path(tmp))
+        algorithm, train = fedavg_client(spec, 0)
     epochs_run: list[dict[str, float]] = []
 
     def run() -> None:

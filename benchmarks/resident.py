@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS, write_json
-from benchmarks.vs_flower import client_data, new_fedavg, task_spec, write_splits
+from benchmarks.vs_flower import fedavg_client, fedavg_workload
 
 ARRANGEMENTS = (
     "per_core",
@@ -53,8 +53,7 @@ class Trainer:
         import torch
 
         torch.set_num_threads(1)
-        self.train, _ = client_data(spec, client)
-        self.algorithm = new_fedavg(spec, task_spec(spec, client))
+        self.algorithm, self.train = fedavg_client(spec, client)
         self.on_thread = on_thread
 
     def train_round(self) -> float:
@@ -84,8 +83,7 @@ def worker(
     torch.set_num_threads(1)
     built = []
     for client in clients:
-        train, _ = client_data(spec, client)
-        built.append((client, new_fedavg(spec, task_spec(spec, client)), train))
+        built.append((client, *fedavg_client(spec, client)))
     everywhere = os.sched_getaffinity(0)
     barrier.wait()
     for round_ in range(spec["rounds"]):
@@ -198,20 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = " ".join(["python -m benchmarks.resident", *(argv or sys.argv[1:])])
     with tempfile.TemporaryDirectory(prefix="resident-") as tmp:
-        spec: dict[str, Any] = {
-            "clients": args.clients,
-            "rounds": args.rounds,
-            "max_train_per_client": args.max_train_per_client,
-            "data_root": str(Path(args.data_root).resolve()) if args.data_root else None,
-            "cores": args.cores,
-            "seed": 0,
-            "lr": 0.01,
-            "momentum": 0.9,
-            "batch_size": 64,
-            "splits": str(Path(tmp) / "splits.npz"),
-        }
-        sizes = write_splits(spec, Path(tmp) / "splits.npz")
-        spec |= {"num_classes": sizes["num_classes"], "input_shape": sizes["input_shape"]}
+        spec = fedavg_workload(
+            args.clients,
+            args.rounds,
+            args.max_train_per_client,
+            args.data_root,
+            args.cores,
+            Path(tmp),
+        )
         runs = []
         for repeat in range(args.repeats):
             for arrangement in args.arrangements:

@@ -175,6 +175,38 @@ def new_fedavg(spec: dict[str, Any], task: Any) -> Any:
     return resolve_algorithm(config.algorithm.name)(config.algorithm.options, task)
 
 
+def fedavg_workload(
+    clients: int,
+    rounds: int,
+    max_train: int | None,
+    data_root: str | None,
+    cores: int,
+    folder: Path,
+) -> dict[str, Any]:
+    """The workload's spec at its default optimiser settings, its splits written to ``folder``:
+    what the benchmarks that time its training alone (no runtime) start from."""
+    spec: dict[str, Any] = {
+        "clients": clients,
+        "rounds": rounds,
+        "max_train_per_client": max_train,
+        "data_root": str(Path(data_root).resolve()) if data_root else None,
+        "cores": cores,
+        "seed": 0,
+        "lr": 0.01,
+        "momentum": 0.9,
+        "batch_size": 64,
+        "splits": str(folder / "splits.npz"),
+    }
+    sizes = write_splits(spec, folder / "splits.npz")
+    return spec | {"num_classes": sizes["num_classes"], "input_shape": sizes["input_shape"]}
+
+
+def fedavg_client(spec: dict[str, Any], client: int) -> tuple[Any, Any]:
+    """(algorithm, training data) of one client, built as every side builds them."""
+    train, _ = client_data(spec, client)
+    return new_fedavg(spec, task_spec(spec, client)), train
+
+
 def round_figures(ends: list[float], start: float) -> dict[str, Any]:
     """First round and the median of the rest from the times rounds ended (seconds)."""
     durations = [b - a for a, b in zip([start, *ends], ends, strict=False)]
