@@ -31,7 +31,8 @@ from ray.cluster_utils import Cluster
 
 from ring_actors.config import load_config
 from ring_actors.coordinator.progress import Progress
-from ring_actors.runtime.driver import Experiment, launch, shutdown
+from ring_actors.runtime.driver import launch, shutdown
+from ring_actors.runtime.experiment import Experiment
 
 POLL_S = 0.02
 

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import RESULTS
+from ring_actors.client.method_factory import client_data
 from ring_actors.client.resources import ClientData
 from ring_actors.config import Config, config_from_dict
 from ring_actors.data.client_splits import global_test_set, split_for
@@ -50,7 +51,6 @@ from ring_actors.data.partition import ClientSplit
 from ring_actors.data.partition_file import partition_digest, save_partition
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.in_process import InProcessRing
-from ring_actors.method_factory import client_data
 from ring_actors.plugins.methods import resolve_algorithm
 from ring_actors.report.figures import accuracy_curves
 from ring_actors.report.mlflow_io import log_report

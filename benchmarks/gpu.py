@@ -148,10 +148,10 @@ def side_ring(spec: dict[str, Any]) -> dict[str, Any]:
 def side_plain(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
+    from ring_actors.client.method_factory import build_algorithm, client_data
     from ring_actors.config import load_config
     from ring_actors.data.client_splits import split_for
     from ring_actors.data.sources import load_dataset
-    from ring_actors.method_factory import build_algorithm, client_data
 
     config = load_config(None, overrides(spec))
     device = torch.device("cuda", 0) if spec["cuda"] else torch.device("cpu")
@@ -190,7 +190,7 @@ def side_terms(spec: dict[str, Any]) -> dict[str, Any]:
     creates."""
     import torch
 
-    from ring_actors.client.idle import move_optimizer_state, optimizers_of
+    from ring_actors.client.slot_release import move_optimizer_state, optimizers_of
     from ring_actors.runtime.worker_env import release_freed_memory
 
     algorithm, train = _one_client({**spec, "clients": 2})
@@ -240,10 +240,10 @@ class _RssPeak(threading.Thread):
 def _one_client(spec: dict[str, Any]) -> tuple[Any, Any]:
     import torch
 
+    from ring_actors.client.method_factory import build_algorithm, client_data
     from ring_actors.config import load_config
     from ring_actors.data.client_splits import split_for
     from ring_actors.data.sources import load_dataset
-    from ring_actors.method_factory import build_algorithm, client_data
 
     config = load_config(None, overrides(spec))
     device = torch.device("cuda", 0) if spec["cuda"] else torch.device("cpu")

@@ -172,9 +172,9 @@ def plain_worker(client_id: int, config, threads: int, barrier, results) -> None
     import torch
 
     from ring_actors.algorithms.local import Local
+    from ring_actors.client.method_factory import client_data, task_spec
     from ring_actors.data.client_splits import global_test_set, split_for
     from ring_actors.data.sources import load_dataset
-    from ring_actors.method_factory import client_data, task_spec
 
     torch.set_num_threads(threads)
     dataset = load_dataset(config.data.dataset, config.data.root, config.data.download)

@@ -58,9 +58,9 @@ def worker(spec: dict[str, Any], result_path: Path) -> None:
     import pyarrow.parquet as pq
     import ray
 
-    from ring_actors.admission import AdmissionError
     from ring_actors.config import load_config
-    from ring_actors.delivery.events import EventKind
+    from ring_actors.delivery.event_kinds import EventKind
+    from ring_actors.preflight.admission import AdmissionError
     from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 
     tmp = Path(spec["tmp"])

@@ -139,7 +139,7 @@ def task_spec(spec: dict[str, Any], client: int) -> Any:
     """The TaskSpec a ring ``ClientActor`` builds for ``client`` (same seeds)."""
     import torch
 
-    from ring_actors.method_factory import task_spec as ring_task_spec
+    from ring_actors.client.method_factory import task_spec as ring_task_spec
 
     shape = tuple(spec["input_shape"])
     config = ring_config(spec)

@@ -25,9 +25,9 @@ import yaml
 from jobs.train import DEFAULT_CONFIG
 from ring_actors.config import Config, ConfigError, load_config
 from ring_actors.coordinator.tracking import create_sqlite_store, resolve_tracking_uri
-from ring_actors.durable import write_atomic
-from ring_actors.redact import public_config, redact_uri
-from ring_actors.run_folder import RunFolder
+from ring_actors.storage.durable import write_atomic
+from ring_actors.storage.redact import public_config, redact_uri
+from ring_actors.storage.run_folder import RunFolder
 
 SWEEP_FILE = "sweep.json"  # in the sweep's directory: its MLflow parent run, kept for re-runs
 

@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 
 from ring_actors.config import Config, ConfigError, load_config
-from ring_actors.run_checks import RunFolderError, resume_config
-from ring_actors.run_folder import RunFolder
+from ring_actors.preflight.output_folder import RunFolderError, resume_config
 from ring_actors.run_setting import METHOD, resolved_setting, setting_keys
+from ring_actors.storage.run_folder import RunFolder
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "quickstart.yaml"
 
@@ -111,7 +111,7 @@ def _against_local(summary: dict[str, Any], path: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list:
-        from ring_actors.dry_run import list_choices
+        from ring_actors.preflight.dry_run import list_choices
 
         print(list_choices(DEFAULT_CONFIG.parent / "paper"))
         return 0
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
     if args.dry_run:
-        from ring_actors.dry_run import cannot_start_here, describe_plan
+        from ring_actors.preflight.dry_run import cannot_start_here, describe_plan
 
         try:
             print(describe_plan(config))
@@ -148,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
 def _train(config: Config, args: argparse.Namespace) -> int:
     """Run, print the outcome; anything a user can change ends in one message."""
     from jobs.run_story import tell
-    from ring_actors.admission import AdmissionError
     from ring_actors.data.sources import DatasetError, DatasetUnavailable
+    from ring_actors.preflight.admission import AdmissionError
+    from ring_actors.runtime.client_starts import LaunchError
     from ring_actors.runtime.driver import run_experiment  # Ray: a valid config
     from ring_actors.runtime.follow import CoordinatorLost
-    from ring_actors.runtime.launch import LaunchError
 
     output_dir = args.resume or args.output_dir
     resume = args.resume is not None

@@ -16,19 +16,19 @@ from typing import Any, TypeVar
 import torch
 
 from ring_actors.client.core import ClientCore
-from ring_actors.client.faults import driver_faults_due
+from ring_actors.client.method_factory import build_algorithm, client_data
 from ring_actors.client.resources import ClientData
 from ring_actors.config import Config
 from ring_actors.coordinator.core import CoordinatorCore
-from ring_actors.coordinator.membership import View
 from ring_actors.coordinator.tracking import Tracker
 from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import load_dataset
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.transport import ClientHandle, PeerGone
-from ring_actors.method_factory import build_algorithm, client_data
-from ring_actors.run_folder import RunFolder
+from ring_actors.delivery.view import View
+from ring_actors.faults.driver_side import driver_faults_due
+from ring_actors.storage.run_folder import RunFolder
 
 T = TypeVar("T")
 CALL_THREADS = 4  # concurrent calls one client answers (a Ray actor's max_concurrency)

@@ -81,7 +81,7 @@ class Timeouts:
 
 @dataclass(frozen=True)
 class LaunchTimeouts:
-    """The launch's waits (``runtime/launch.py``), from ``clients.start_timeout_s``."""
+    """The launch's waits (``runtime/client_starts.py``), from ``clients.start_timeout_s``."""
 
     construct_s: float  # one attempt at a client actor: placed, process started, constructed
     retry_pause_s: float  # after a failed attempt, before the next (Ray frees the actor's name)

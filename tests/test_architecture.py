@@ -42,3 +42,36 @@ def test_every_path_architecture_names_exists():
     assert len(named) > 30  # the check reads the document, not an empty match
     missing = sorted(name for name in named if not (ROOT / name).exists())
     assert missing == []
+
+
+def _named_in_architecture() -> set[str]:
+    """Every module path ARCHITECTURE.md names: whole paths, and file names in a folder's row."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    named = set(re.findall(r"`(ring_actors/[\w/]+\.py)`", text))
+    for folder, row in re.findall(r"\| `(ring_actors/\w+/)` \| ([^|]+)\|", text):
+        named.update(folder + name for name in re.findall(r"`([\w/]+\.py)`", row))
+    top = text.split("Single modules at the top:", 1)[1].split("\n\n", 2)[1]
+    named.update("ring_actors/" + name for name in re.findall(r"`(\w+\.py)`", top))
+    return named
+
+
+def test_architecture_names_every_module_of_the_package():
+    modules = {
+        str(path.relative_to(ROOT))
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py" and ".venv" not in path.parts
+    }
+    assert sorted(modules - _named_in_architecture()) == []
+
+
+def test_the_lower_layers_import_nothing_above_them():
+    """Delivery and storage sit under the clients, the coordinator and the config."""
+    above = ("client", "coordinator", "runtime", "config", "faults", "heterogeneity", "preflight")
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for folder in ("delivery", "storage")
+        for path in (PACKAGE / folder).rglob("*.py")
+        for name in _imported_modules(path)
+        if name.split(".")[:2] in [["ring_actors", layer] for layer in above]
+    ]
+    assert offenders == []

@@ -11,10 +11,10 @@ from torch import nn
 from examples.stripes import TinyCNN
 from ring_actors.algorithms import ALGORITHMS
 from ring_actors.client.checkpoint import load_client_state
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import ConfigError, config_from_dict, load_config
-from ring_actors.dry_run import list_choices
 from ring_actors.in_process import InProcessRing
-from ring_actors.method_factory import build_algorithm
+from ring_actors.preflight.dry_run import list_choices
 from ring_actors.runtime.driver import launch
 from tests.algorithms.synthetic import separable
 from tests.test_in_process import CLASSES, SHAPE, client_data

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from examples.fedprox import FedProx, FedProxOptions
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import ConfigError, load_config
-from ring_actors.dry_run import list_choices
-from ring_actors.method_factory import build_algorithm
 from ring_actors.plugins.methods import PluginError, known_names, resolve_algorithm
+from ring_actors.preflight.dry_run import list_choices
 from tests.algorithms.synthetic import separable
 from tests.test_in_process import CLASSES, SHAPE, ring
 

@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar, Literal
 
 import torch
 
-from ring_actors import optim
+from ring_actors.algorithms import optim
 from ring_actors.data.images import LabelledImages
 from ring_actors.delivery.payloads import Payload
 from ring_actors.plugins.paths import BACKBONE_PLUGIN

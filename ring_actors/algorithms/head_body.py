@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from ring_actors import optim
+from ring_actors.algorithms import optim
 from ring_actors.algorithms.base import AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
 from ring_actors.data.images import LabelledImages

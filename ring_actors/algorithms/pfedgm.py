@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ring_actors import optim
+from ring_actors.algorithms import optim
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.pfedgm_heads import (
     adjust_prototypes,

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ring_actors import optim
+from ring_actors.algorithms import optim
 from ring_actors.algorithms.pfedgm_heads import quadratic
 
 

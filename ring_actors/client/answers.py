@@ -7,11 +7,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from ring_actors.client.idle import idle_facts
 from ring_actors.client.ring_lap import LapResult, is_lap
+from ring_actors.client.slot_release import idle_facts
 from ring_actors.client.state import ClientState
-from ring_actors.coordinator.membership import View
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payload_checks import (
     check_known_tensors,
     check_tensors,
@@ -19,6 +18,7 @@ from ring_actors.delivery.payload_checks import (
 )
 from ring_actors.delivery.payloads import Channel, Payload, PayloadError
 from ring_actors.delivery.transport import ClientHandle
+from ring_actors.delivery.view import View
 from ring_actors.delivery.wire import WirePayload, from_wire
 
 log = logging.getLogger(__name__)

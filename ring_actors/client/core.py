@@ -2,8 +2,8 @@
 
 The core owns a round (gather, merge, train, laps, evaluate, publish) and talks to the world
 only through the transport's interfaces: peers are :class:`ClientHandle` s, the coordinator a
-:class:`ControlLink`. The Ray actor (``client.py``) and the in-process ring (``in_process.py``)
-are thin shells that build a core and forward calls to it.
+:class:`ControlLink`. The Ray actor (``runtime/client_actor.py``) and the in-process ring
+(``in_process.py``) are thin shells that build a core and forward calls to it.
 """
 
 from __future__ import annotations
@@ -23,19 +23,18 @@ from ring_actors.algorithms import Algorithm
 from ring_actors.client.answers import PeerAnswers
 from ring_actors.client.checkpoint import Checkpointing
 from ring_actors.client.exchange import Exchange, NonFiniteError
-from ring_actors.client.exchange_control import ExchangeControl
-from ring_actors.client.faults import FaultActions, slow_delay, strike
-from ring_actors.client.idle import (
+from ring_actors.client.isolation_and_noise import ExchangeControl
+from ring_actors.client.method_factory import client_seed
+from ring_actors.client.resources import ClientData, SlotHolder, Ungated
+from ring_actors.client.ring_lap import LapResult, RingLaps, lap_checksum
+from ring_actors.client.slot_release import (
     IdleRelease,
     accelerator_memory,
     offloads,
     offloads_parameters,
 )
-from ring_actors.client.resources import ClientData, SlotHolder, Ungated
-from ring_actors.client.ring_lap import LapResult, RingLaps, lap_checksum
 from ring_actors.config import Config
-from ring_actors.coordinator.membership import View
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.outbox import Outbox
@@ -53,8 +52,9 @@ from ring_actors.delivery.payloads import (
 )
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ClientHandle, ControlLink, PeerGone
-from ring_actors.heterogeneity import Heterogeneity
-from ring_actors.method_factory import client_seed
+from ring_actors.delivery.view import View
+from ring_actors.faults.client_side import FaultActions, slow_delay, strike
+from ring_actors.heterogeneity.model import Heterogeneity
 from ring_actors.timeouts import Timeouts
 from topologies import build_topology
 

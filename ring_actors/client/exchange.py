@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from ring_actors.client.state import ClientState
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payload_checks import check_tensors
 from ring_actors.delivery.payloads import (
     Channel,

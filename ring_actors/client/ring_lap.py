@@ -13,10 +13,10 @@ from typing import Protocol
 
 import torch
 
-from ring_actors.coordinator.membership import View
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.payloads import LAP_CHANNELS, Channel, LapHeader, Payload
+from ring_actors.delivery.view import View
 from ring_actors.timeouts import Timeouts
 
 

@@ -12,11 +12,10 @@ if TYPE_CHECKING:  # names only: the spool imports the checkpoint, which builds 
     import torch
 
     from ring_actors.algorithms import Algorithm
-    from ring_actors.client.exchange_control import ExchangeControl
+    from ring_actors.client.isolation_and_noise import ExchangeControl
     from ring_actors.client.resources import ClientData
     from ring_actors.client.ring_lap import RingLaps
     from ring_actors.config import Config
-    from ring_actors.coordinator.membership import View
     from ring_actors.delivery.inbox import Inbox
     from ring_actors.delivery.journal import JournalEntry
     from ring_actors.delivery.outbox import Outbox
@@ -24,7 +23,8 @@ if TYPE_CHECKING:  # names only: the spool imports the checkpoint, which builds 
     from ring_actors.delivery.payloads import Payload
     from ring_actors.delivery.spool import Spool
     from ring_actors.delivery.transport import ClientHandle, ControlLink
-    from ring_actors.heterogeneity import Heterogeneity
+    from ring_actors.delivery.view import View
+    from ring_actors.heterogeneity.model import Heterogeneity
     from ring_actors.timeouts import Timeouts
     from topologies import Topology
 

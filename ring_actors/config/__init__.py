@@ -21,20 +21,19 @@ from ring_actors.config.methods import (
     try_plugin_backbone,
 )
 from ring_actors.config.sections import (
-    FAULT_ACTIONS,
     AlgorithmSection,
     ClientsSection,
     Config,
     DataSection,
     EvalSection,
     ExperimentSection,
-    FaultSection,
     PartitionSection,
     RaySection,
     ScheduleSection,
     TopologySection,
     TrackingSection,
 )
+from ring_actors.faults.plan import FAULT_ACTIONS, FaultSection
 
 __all__ = [
     "FAULT_ACTIONS",

@@ -2,10 +2,11 @@
 admission, the error policy, the watchdog and results.
 
 Clients are :class:`~ring_actors.delivery.transport.ClientHandle` s whose calls return pending
-answers, so every reconcile step is testable in-process; the Ray actor (``coordinator.py``)
-only builds handles and runs ``reconcile`` on a thread. Every RPC records facts and returns;
-a change the coordinator acts on (a bypass, an admission) is checkpointed before it is
-broadcast, so a restarted coordinator never forgets a member or re-issues an epoch.
+answers, so every reconcile step is testable in-process; the Ray actor
+(``runtime/coordinator_actor.py``) only builds handles and runs ``reconcile`` on a thread.
+Every RPC records facts and returns; a change the coordinator acts on (a bypass, an
+admission) is checkpointed before it is broadcast, so a restarted coordinator never forgets
+a member or re-issues an epoch.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from ring_actors.coordinator.progress import Progress
 from ring_actors.coordinator.recovery import Recovery
 from ring_actors.coordinator.results import Results
 from ring_actors.coordinator.tracking import Tracker
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import (
     ClientHandle,
     Readmission,
 )
-from ring_actors.heterogeneity import Heterogeneity
-from ring_actors.run_folder import RunFolder
+from ring_actors.heterogeneity.model import Heterogeneity
+from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import Timeouts
 
 log = logging.getLogger(__name__)

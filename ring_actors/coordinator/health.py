@@ -11,7 +11,7 @@ import random
 import time
 
 from ring_actors.coordinator.membership import MembershipTable
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import ClientHandle, PeerGone, PeerUnavailable, Pending
 
 Death = tuple[int, EventKind, str]  # a member found dead or hung: (id, cause, detail)

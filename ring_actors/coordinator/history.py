@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ring_actors.durable import fsync_dir
+from ring_actors.storage.durable import fsync_dir
 
 log = logging.getLogger(__name__)
 

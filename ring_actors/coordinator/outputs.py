@@ -14,8 +14,8 @@ from ring_actors.coordinator.run_summary import (
 )
 from ring_actors.coordinator.state import CoordinatorState
 from ring_actors.coordinator.tracking import flatten, write_outputs
-from ring_actors.redact import public_config, redact_uri
-from ring_actors.run_folder import RunFolder
+from ring_actors.storage.redact import public_config, redact_uri
+from ring_actors.storage.run_folder import RunFolder
 
 # Rows of rounds some member has not reported yet are written at most this often while a run
 # goes on; a round every live member has reported is written at the next reconcile pass.

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ring_actors.durable import write_atomic
-from ring_actors.run_folder import CheckpointError
+from ring_actors.storage.durable import write_atomic
+from ring_actors.storage.run_folder import CheckpointError
 
 VERSION = 1
 

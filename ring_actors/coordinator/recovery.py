@@ -11,7 +11,7 @@ from ring_actors.coordinator.history import read_history
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
 from ring_actors.coordinator.state import CoordinatorState
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.transport import Pending
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ring_actors.coordinator.history import HistoryLog
 from ring_actors.coordinator.run_summary import round_means
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 
 MAX_EVENTS = 100_000  # events kept for the summary; a long faulty run must not grow without end
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ring_actors.config import Config
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from ring_actors.durable import write_atomic
-from ring_actors.redact import redact_text, redact_uri
-from ring_actors.run_folder import RunFolder
+from ring_actors.storage.durable import write_atomic
+from ring_actors.storage.redact import redact_text, redact_uri
+from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import TRACKING_CLOSE_S, TRACKING_REQUEST_S
 
 log = logging.getLogger(__name__)

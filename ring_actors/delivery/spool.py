@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from ring_actors.client.checkpoint import load_client_state
 from ring_actors.delivery.payloads import Channel, Payload
-from ring_actors.durable import write_atomic
+from ring_actors.storage.durable import write_atomic
+from ring_actors.storage.safe_load import load_allowlisted
 
 PayloadKey = tuple[int, int, int, str, str]
 
@@ -45,7 +45,7 @@ class Spool:
         """Every kept payload, oldest round first."""
         if not self.directory.exists():
             return []
-        payloads = [load_client_state(p, device) for p in self.directory.glob("*.pt")]
+        payloads = [load_allowlisted(p, device) for p in self.directory.glob("*.pt")]
         return sorted(payloads, key=lambda p: (p.round, p.sender, p.seq))
 
     def _path(self, key: PayloadKey) -> Path:

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ring_actors.coordinator.membership import View
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
+from ring_actors.delivery.view import View
 
 if TYPE_CHECKING:  # the coordinator and the slot pools never import torch
     from ring_actors.delivery.payloads import Payload

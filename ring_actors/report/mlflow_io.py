@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ring_actors.report.figures import slug
-from ring_actors.run_folder import RunFolder
+from ring_actors.storage.run_folder import RunFolder
 
 REPORT_TAG = "ring_actors.report"
 

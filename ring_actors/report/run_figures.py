@@ -8,7 +8,7 @@ from pathlib import Path
 from ring_actors.report.figures import accuracy_curves, ring_timeline
 from ring_actors.report.runs import load_run
 from ring_actors.report.tables import build_table
-from ring_actors.run_folder import RunFolder
+from ring_actors.storage.run_folder import RunFolder
 
 CURVES, TIMELINE = RunFolder.CURVES, RunFolder.TIMELINE
 

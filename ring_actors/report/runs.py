@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import yaml
 
-from ring_actors.run_folder import RunFolder
+from ring_actors.storage.run_folder import RunFolder
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import ray
 
-from ring_actors.client.faults import ProcessFaults, fail_start
-from ring_actors.run_folder import RunFolder
+from ring_actors.faults.client_side import ProcessFaults, fail_start
 from ring_actors.runtime.placement import Placement
 from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
 from ring_actors.runtime.worker_env import loaded_modules
+from ring_actors.storage.run_folder import RunFolder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 
     from ring_actors.client.ring_lap import LapResult
     from ring_actors.config import Config
-    from ring_actors.coordinator.membership import View
     from ring_actors.data.partition import ClientSplit
     from ring_actors.data.sources import DatasetArrays
     from ring_actors.delivery.payloads import Payload
     from ring_actors.delivery.transport import ClientHandle
+    from ring_actors.delivery.view import View
     from ring_actors.delivery.wire import WirePayload
 
 CONTROL_GROUP = "control"  # the coordinator's probes, apart from peers' receives
@@ -71,7 +71,7 @@ class ClientActor:
         import torch
 
         from ring_actors.client.core import ClientCore
-        from ring_actors.method_factory import build_algorithm, client_data
+        from ring_actors.client.method_factory import build_algorithm, client_data
 
         fail_start(config.faults, client_id, Path(state_dir))
         context = ray.get_runtime_context()

@@ -15,7 +15,7 @@ from ring_actors.config import Config
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.progress import Progress
 from ring_actors.coordinator.tracking import Tracker
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import ClientHandle, Readmission
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.ray_transport import RayClientHandle

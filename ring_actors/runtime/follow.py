@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.exceptions import GetTimeoutError
 
-from ring_actors.client.faults import driver_faults_due
-from ring_actors.config import FaultSection
-from ring_actors.run_folder import RunFolder
+from ring_actors.faults.driver_side import apply_driver_fault, driver_faults_due
 from ring_actors.runtime.progress_bar import RoundProgress
 from ring_actors.runtime.ray_transport import CALLEE_DIED
+from ring_actors.storage.run_folder import RunFolder
 
 if TYPE_CHECKING:
-    from ring_actors.runtime.driver import Experiment
+    from ring_actors.runtime.experiment import Experiment
 
 
 class CoordinatorLost(RuntimeError):
@@ -101,16 +100,3 @@ def client_error_line(experiment: Experiment, error: dict[str, Any]) -> str:
         f"{lines[-1] if lines else 'error'} (schedule.on_client_error="
         f"{experiment.config.schedule.on_client_error}; traceback in {log_file})"
     )
-
-
-def apply_driver_fault(experiment: Experiment, entry: FaultSection) -> None:
-    """The fault-plan entries the driver carries out: joins and kills of actors it holds."""
-    if entry.join:
-        experiment.join(entry.join, first_round=entry.at_round)
-    if entry.kill_coordinator:
-        ray.kill(experiment.coordinator, no_restart=False)
-    if entry.kill_node:
-        nodes = {experiment.placement[c].node_id for c in entry.kill_node}
-        doomed = [c for c, facts in experiment.placement.items() if facts.node_id in nodes]
-        for client_id in doomed:
-            ray.kill(experiment.clients[client_id], no_restart=True)

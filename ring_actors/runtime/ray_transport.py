@@ -15,9 +15,9 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from ring_actors.coordinator.membership import View
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import ClientHandle, PeerGone, PeerUnavailable, Readmission
+from ring_actors.delivery.view import View
 
 if TYPE_CHECKING:  # the coordinator and the slot pools never import torch
     from ring_actors.delivery.payloads import Payload

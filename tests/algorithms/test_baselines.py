@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ring_actors import optim
-from ring_actors.algorithms import ALGORITHMS
+from ring_actors.algorithms import ALGORITHMS, optim
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions, TaskSpec
 from ring_actors.algorithms.dfedavg import DFedAvg
 from ring_actors.algorithms.fedavg import FedAvg

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ring_actors import optim
-from ring_actors.algorithms import ALGORITHMS
+from ring_actors.algorithms import ALGORITHMS, optim
 from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.fedavg import FedAvg
 from ring_actors.algorithms.fednova import FedNova, FedNovaOptions, normalising_factor

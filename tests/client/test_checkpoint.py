@@ -12,11 +12,11 @@ import torch
 
 from ring_actors.algorithms import ALGORITHMS
 from ring_actors.client.checkpoint import load_client_state
-from ring_actors.client.faults import strike
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
-from ring_actors.method_factory import build_algorithm
-from ring_actors.run_folder import CheckpointError
+from ring_actors.faults.client_side import strike
+from ring_actors.storage.run_folder import CheckpointError
 from tests.algorithms.synthetic import separable
 
 
@@ -52,7 +52,7 @@ def test_a_client_checkpoint_that_names_other_code_is_refused_unrun(tmp_path):
 def test_a_client_checkpoint_that_names_a_project_function_is_refused(tmp_path):
     # strike() with a forged plan would start a shell: classes may be named, functions never.
     torch.save({"algorithm": strike}, tmp_path / "evil.pt")
-    with pytest.raises(CheckpointError, match="ring_actors.client.faults.strike"):
+    with pytest.raises(CheckpointError, match="ring_actors.faults.client_side.strike"):
         load_client_state(tmp_path / "evil.pt", torch.device("cpu"))
 
 

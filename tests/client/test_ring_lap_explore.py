@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from ring_actors.client.ring_lap import LapResult, lap_leader
-from ring_actors.coordinator.membership import View
 from ring_actors.delivery.payloads import Channel, Payload
+from ring_actors.delivery.view import View
 from tests.client.test_ring_lap_model import LAP, ROUND, Net, adopt, contribution, ring
 
 MEMBERS = 3

@@ -15,7 +15,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.tracking import Retry, Tracker
-from ring_actors.delivery.events import EventKind
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import PeerGone, PeerUnavailable
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ring_actors.coordinator.membership import MembershipTable, MemberState, View
+from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.delivery.view import View
 
 
 def table(n: int = 4) -> MembershipTable:

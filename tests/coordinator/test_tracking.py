@@ -21,7 +21,7 @@ from ring_actors.coordinator.tracking import (
     resolve_tracking_uri,
     write_outputs,
 )
-from ring_actors.run_folder import RunFolder
+from ring_actors.storage.run_folder import RunFolder
 
 
 def test_tracking_uri_prefers_config_then_env_then_sqlite_in_workdir(tmp_path, monkeypatch):

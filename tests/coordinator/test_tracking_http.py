@@ -17,8 +17,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ring_actors.coordinator.tracking import Retry, Tracker, write_outputs
-from ring_actors.run_folder import RunFolder
 from ring_actors.runtime.driver import run_experiment
+from ring_actors.storage.run_folder import RunFolder
 from tests.conftest import needs_data, small_config
 
 pytestmark = pytest.mark.slow  # an MLflow server takes ~30 s to start on a busy machine

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ring_actors.client.core import ClientCore
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
-from ring_actors.coordinator.membership import View
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
-from ring_actors.method_factory import build_algorithm
+from ring_actors.delivery.view import View
 from tests.algorithms.synthetic import separable
 from tests.client.test_client_core import Peer, Reports
 

@@ -8,13 +8,13 @@ from concurrent.futures import Future
 import torch
 
 from ring_actors.client.core import ClientCore
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.client.resources import ClientData
 from ring_actors.client.ring_lap import LapResult
 from ring_actors.config import config_from_dict
-from ring_actors.coordinator.membership import View
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.spool import Spool
-from ring_actors.method_factory import build_algorithm
+from ring_actors.delivery.view import View
 from tests.algorithms.synthetic import separable
 from tests.client.test_client_core import SHAPE, Peer, Reports, share
 

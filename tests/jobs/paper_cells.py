@@ -9,11 +9,11 @@ import numpy as np
 import torch
 
 from ring_actors.algorithms import Algorithm
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import Config
 from ring_actors.data.client_splits import split_for
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.sources import DatasetArrays
-from ring_actors.method_factory import build_algorithm
 
 PAPER_DIR = Path(__file__).resolve().parents[2] / "jobs" / "configs" / "paper"
 # Per-class train/test counts of the standard splits (SVHN: torchvision's cropped digits).

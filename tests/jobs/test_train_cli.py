@@ -12,9 +12,9 @@ import torch
 import yaml
 
 from ring_actors.algorithms import ALGORITHMS
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import load_config
 from ring_actors.data.sources import dataset_facts
-from ring_actors.method_factory import build_algorithm
 from tests.conftest import DATA_ROOT, needs_data
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ring_actors.runtime.client_actor import CONCURRENCY_GROUPS, CONTROL_GROUP, ClientActor
-from ring_actors.runtime.driver import CLIENT
+from ring_actors.runtime.experiment import CLIENT
 
 
 def test_ping_and_journal_run_in_a_group_of_their_own():

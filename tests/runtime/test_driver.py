@@ -18,7 +18,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.wire import to_wire
 from ring_actors.models import build_backbone
-from ring_actors.run_checks import RunFolderError
+from ring_actors.preflight.output_folder import RunFolderError
 from ring_actors.runtime.driver import (
     PlacementError,
     check_capacity,

@@ -16,7 +16,7 @@ import ray
 import torch
 from torch import nn
 
-from ring_actors.run_checks import RunFolderError
+from ring_actors.preflight.output_folder import RunFolderError
 from ring_actors.runtime.driver import launch, run_experiment, shutdown
 from tests.conftest import needs_data, small_config
 

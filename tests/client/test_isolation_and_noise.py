@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ring_actors.client.exchange_control import ExchangeControl, noise_like
+from ring_actors.client.isolation_and_noise import ExchangeControl, noise_like
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import ConfigError, config_from_dict
 from ring_actors.delivery.payloads import Payload
-from ring_actors.method_factory import build_algorithm
 from tests.test_in_process import CLASSES, SHAPE, client_data, ring
 
 ROUNDS = 3

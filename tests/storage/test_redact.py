@@ -12,7 +12,7 @@ import pytest
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.tracking import Retry, Tracker, flatten
-from ring_actors.redact import redact_uri
+from ring_actors.storage.redact import redact_uri
 
 SECRET = "s3cr3t-t0ken"
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ring_actors.client.faults import driver_faults_due, slow_delay
 from ring_actors.config import FaultSection
+from ring_actors.faults.client_side import slow_delay
+from ring_actors.faults.driver_side import driver_faults_due
 
 
 def entry(at_round: int, slow: tuple[int, ...], delay_s: float) -> FaultSection:

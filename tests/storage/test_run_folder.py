@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ring_actors.run_folder import RunFolder
+from ring_actors.storage.run_folder import RunFolder
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_readme_lists_every_file_a_run_writes():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ring_actors.durable import write_atomic
+from ring_actors.storage.durable import write_atomic
 
 WRITER = """
 import sys, time
@@ -47,7 +47,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_draft(tmp_path):
 
 def test_outputs_killed_mid_write_are_whole_every_time(tmp_path):
     """Kill a process rewriting the run's outputs at many moments; each file parses."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     for attempt in range(6):
         out = tmp_path / f"run{attempt}"
         writer = subprocess.Popen(

@@ -16,7 +16,7 @@ speed factors (latency over the fastest picked one's, so the fastest is 1), each
 bandwidth on every link it sends over, and its offline periods over ``horizon_s`` with times
 multiplied by ``time_scale`` (a day of trace in minutes of run: ``time_scale`` 1/1440).
 
-    python -m ring_actors.fedscale_trace --capacity client_device_capacity \\
+    python -m ring_actors.heterogeneity.fedscale --capacity client_device_capacity \\
         --behave client_behave_trace --clients 12 --time-scale 0.001 --out trace.json
 
 then ``heterogeneity.trace: trace.json``.
@@ -85,7 +85,7 @@ def convert(
     horizon_s: float = DEFAULT_HORIZON_S,
     links: bool = True,
 ) -> dict[str, Any]:
-    """A heterogeneity trace (the JSON format of ``ring_actors/heterogeneity.py``) for
+    """A heterogeneity trace (the JSON format of ``ring_actors/heterogeneity/__init__.py``) for
     ``clients`` devices drawn with ``seed`` from those both files describe."""
     if time_scale <= 0 or horizon_s <= 0:
         raise ValueError("time_scale and horizon_s must be > 0")

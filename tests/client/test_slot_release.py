@@ -10,7 +10,7 @@ import torch
 
 from ring_actors.algorithms import ALGORITHMS, TaskSpec
 from ring_actors.client.core import Ungated
-from ring_actors.client.idle import (
+from ring_actors.client.slot_release import (
     IdleRelease,
     modules_of,
     move_optimizer_state,

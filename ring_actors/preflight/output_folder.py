@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ring_actors.config import Config, load_config
-from ring_actors.run_folder import RunFolder
 from ring_actors.run_setting import flatten
+from ring_actors.storage.run_folder import RunFolder
 
 CHECKPOINT = RunFolder.COORDINATOR  # the coordinator's checkpoint: the mark of a run
 SUMMARY = RunFolder.SUMMARY

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from ring_actors.config import config_from_dict
-from ring_actors.fedscale_trace import convert, offline_spans, read_pickle
-from ring_actors.heterogeneity import Heterogeneity, read_trace
+from ring_actors.heterogeneity.fedscale import convert, offline_spans, read_pickle
+from ring_actors.heterogeneity.model import Heterogeneity
+from ring_actors.heterogeneity.trace_file import read_trace
 
 CAPACITY = {
     101: {"computation": 50.0, "communication": 8000.0},  # 1 MB/s
@@ -68,7 +69,7 @@ def test_convert_gives_speed_factors_bandwidths_and_off_periods(files, tmp_path)
 def test_the_command_line_writes_the_trace(files, tmp_path):
     out = tmp_path / "trace.json"
     command = [
-        sys.executable, "-m", "ring_actors.fedscale_trace",
+        sys.executable, "-m", "ring_actors.heterogeneity.fedscale",
         "--capacity", str(files["client_device_capacity"]), "--clients", "3", "--no-links",
         "--out", str(out),
     ]  # fmt: skip

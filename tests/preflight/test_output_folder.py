@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from ring_actors.config import load_config
-from ring_actors.run_checks import (
+from ring_actors.preflight.output_folder import (
     CHECKPOINT,
     RunFolderError,
     check_new,

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import torch
 
-from ring_actors.admission import CONTROL_PLANE_GB, client_gb, need_gb, node_memory
-from ring_actors.capacity import fits, shortfall
+from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import Config, ConfigError, PartitionSection
 from ring_actors.data.sources import DATASETS, DatasetError, dataset_facts
-from ring_actors.method_factory import build_algorithm
 from ring_actors.models import BACKBONES
 from ring_actors.plugins.methods import PluginError, known_names, resolve_algorithm
+from ring_actors.preflight.admission import CONTROL_PLANE_GB, client_gb, need_gb, node_memory
+from ring_actors.preflight.capacity import fits, shortfall
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from topologies import TOPOLOGIES
 

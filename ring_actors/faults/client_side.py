@@ -1,4 +1,4 @@
-"""The fault plan: which injected faults apply to a client at a round, and how they strike."""
+"""The fault plan on a client: which entries strike it at a round, and how."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ring_actors.config import FaultSection
-from ring_actors.run_folder import RunFolder
+from ring_actors.faults.plan import FaultSection
+from ring_actors.storage.run_folder import RunFolder
 
 
 class InjectedError(RuntimeError):
@@ -77,21 +77,3 @@ def slow_delay(plan: Sequence[FaultSection], client_id: int, round_: int) -> flo
         if entry.at_round <= round_ and client_id in entry.slow:
             delay = entry.delay_s
     return delay
-
-
-def driver_faults_due(
-    plan: Sequence[FaultSection], ring_round: int, newest: int, applied: set[int]
-) -> list[int]:
-    """Indices of the entries the driver applies that are due and not applied yet.
-
-    Kills of nodes or the coordinator are due once every member has reached their round
-    (``ring_round``). A join at round R is due once some member has finished round R - 2
-    (``newest``): spliced in then, the joiner is in the ring before anyone begins round R.
-    """
-
-    def due(entry: FaultSection) -> bool:
-        if entry.join:
-            return newest + 2 >= entry.at_round
-        return bool(entry.kill_node or entry.kill_coordinator) and ring_round >= entry.at_round
-
-    return [i for i, entry in enumerate(plan) if i not in applied and due(entry)]

@@ -11,8 +11,8 @@ import yaml
 
 from jobs.train import main
 from ring_actors.config import ConfigError
+from ring_actors.runtime.client_starts import LaunchError, Started, settle
 from ring_actors.runtime.driver import run_experiment
-from ring_actors.runtime.launch import LaunchError, Started, settle
 from tests.conftest import needs_data, small_config
 
 

@@ -12,12 +12,12 @@ import torch
 
 from ring_actors.config import ConfigError, config_from_dict
 from ring_actors.delivery.payloads import Payload
-from ring_actors.heterogeneity import (
+from ring_actors.heterogeneity.links import LinkedHandle
+from ring_actors.heterogeneity.model import Heterogeneity
+from ring_actors.heterogeneity.section import (
     AvailabilitySection,
     ComputeSection,
-    Heterogeneity,
     HeterogeneitySection,
-    LinkedHandle,
     LinksSection,
 )
 from ring_actors.in_process import InProcessRing

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from ring_actors import optim
+from ring_actors.algorithms import optim
 
 
 def _trajectory(make, steps: int = 6) -> list[torch.Tensor]:
@@ -55,7 +55,7 @@ def test_a_changed_learning_rate_takes_effect():
 def test_training_with_them_never_imports_the_compiler():
     code = (
         "import sys, torch\n"
-        "from ring_actors import optim\n"
+        "from ring_actors.algorithms import optim\n"
         "m = torch.nn.Linear(3, 2)\n"
         "for o in (optim.SGD(m.parameters(), lr=0.1, momentum=0.9), optim.Adam(m.parameters())):\n"
         "    o.zero_grad(); m(torch.randn(4, 3)).sum().backward(); o.step()\n"

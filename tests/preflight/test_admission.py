@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import ray
 
-from ring_actors.admission import (
+from ring_actors.preflight.admission import (
     CLIENT_GB,
     CLIENT_GB_CPU_BUILD,
     CONTROL_PLANE_GB,

@@ -1,0 +1,113 @@
+"""The heterogeneity a run applies: speed factors, link times and offline spans, seeded alike
+on every client, so every process computes the same facts without asking anyone."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from ring_actors.delivery.transport import ClientHandle
+from ring_actors.heterogeneity.links import LinkedHandle
+from ring_actors.heterogeneity.section import HeterogeneitySection
+from ring_actors.heterogeneity.trace_file import Trace, read_trace
+
+if TYPE_CHECKING:  # the coordinator reads this module without torch
+    from ring_actors.delivery.payloads import Payload
+
+OFFLINE_HORIZON_S = 7 * 24 * 3600.0  # drawn availability is generated up to this far
+
+
+class Heterogeneity:
+    """The section's facts for one run: the same on every client, computed on demand."""
+
+    def __init__(self, section: HeterogeneitySection, seed: int, total_clients: int) -> None:
+        self.section = section
+        self.seed = seed
+        self.trace = read_trace(section.trace) if section.trace else Trace({}, {}, {})
+        self.factors = self._draw_factors(total_clients)
+        self.offline_cache: dict[int, list[tuple[float, float]]] = {}
+
+    @property
+    def links_apply(self) -> bool:
+        links = self.section.links
+        return links.latency_s > 0 or links.bandwidth_bytes_s is not None or bool(self.trace.links)
+
+    def _draw_factors(self, total: int) -> list[float]:
+        compute = self.section.compute
+        factors = [1.0] * total
+        if compute.distribution == "lognormal":
+            rng = random.Random(f"{self.seed}:compute")
+            factors = [math.exp(compute.spread * abs(rng.gauss(0, 1))) for _ in range(total)]
+            fastest = min(factors, default=1.0)
+            factors = [f / fastest for f in factors]
+        for client, factor in enumerate(compute.factors[:total]):
+            factors[client] = factor
+        for client, factor in self.trace.compute.items():
+            if client < total:
+                factors[client] = factor
+        return factors
+
+    def speed_factor(self, client: int) -> float:
+        return self.factors[client] if client < len(self.factors) else 1.0
+
+    def compute_delay(self, client: int, compute_s: float) -> float:
+        """Extra seconds a client of this speed would have needed for ``compute_s``."""
+        return (self.speed_factor(client) - 1.0) * max(0.0, compute_s)
+
+    def link(self, sender: int, receiver: int) -> tuple[float, float | None]:
+        """(latency in s, bandwidth in bytes/s or None) of the directed link."""
+        links = self.section.links
+        latency, bandwidth = links.latency_s, links.bandwidth_bytes_s
+        if links.distribution == "lognormal":
+            rng = random.Random(f"{self.seed}:link:{sender}:{receiver}")
+            latency *= math.exp(links.spread * rng.gauss(0, 1))
+            if bandwidth is not None:
+                bandwidth *= math.exp(links.spread * rng.gauss(0, 1))
+        lat, bw = self.trace.links.get((sender, receiver), (None, None))
+        return (latency if lat is None else lat, bandwidth if bw is None else bw)
+
+    def hop_s(self, sender: int, receiver: int, nbytes: int) -> float:
+        """``latency + B / bandwidth`` on that link, queueing aside."""
+        latency, bandwidth = self.link(sender, receiver)
+        return latency + (nbytes / bandwidth if bandwidth else 0.0)
+
+    def offline_periods(self, client: int) -> list[tuple[float, float]]:
+        """The client's offline spans [from_s, to_s), seconds from the start of its rounds."""
+        if client in self.offline_cache:
+            return self.offline_cache[client]
+        periods = list(self.trace.offline.get(client, []))
+        avail = self.section.availability
+        drawn = avail.mean_online_s is not None and (not avail.clients or client in avail.clients)
+        if drawn and client not in self.trace.offline:
+            assert avail.mean_online_s is not None
+            rng = random.Random(f"{self.seed}:availability:{client}")
+            t = 0.0
+            while t < OFFLINE_HORIZON_S:
+                t += rng.expovariate(1 / avail.mean_online_s)
+                off = rng.expovariate(1 / avail.mean_offline_s)
+                periods.append((t, t + off))
+                t += off
+        self.offline_cache[client] = periods
+        return periods
+
+    def offline_until(self, client: int, at_s: float) -> float | None:
+        """When the client comes back, if it is offline at ``at_s``; else None."""
+        for start, end in self.offline_periods(client):
+            if start <= at_s < end:
+                return end
+            if start > at_s:
+                return None
+        return None
+
+    def wrap(
+        self,
+        sender: int,
+        handles: Mapping[int, ClientHandle],
+        report: Callable[[Payload, int, float], None],
+    ) -> dict[int, ClientHandle]:
+        """Handles whose deliveries cross this sender's links; unchanged without links."""
+        if not self.links_apply:
+            return dict(handles)
+        return {c: LinkedHandle(h, self, sender, c, report) for c, h in handles.items()}
