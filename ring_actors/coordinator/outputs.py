@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ring_actors.coordinator.output_files import write_outputs
 from ring_actors.coordinator.run_summary import (
     RunFacts,
     draw_run_figures,
@@ -13,7 +14,7 @@ from ring_actors.coordinator.run_summary import (
     summarise_run,
 )
 from ring_actors.coordinator.state import CoordinatorState
-from ring_actors.coordinator.tracking import flatten, write_outputs
+from ring_actors.coordinator.tracking import flatten
 from ring_actors.storage.redact import public_config, redact_uri
 from ring_actors.storage.run_folder import RunFolder
 

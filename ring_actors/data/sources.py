@@ -6,11 +6,7 @@ contract: ``ring_actors.plugins.paths``); what it returns is checked here.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
-import warnings
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -18,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ring_actors.data.array_cache import cache_path, read_cache, write_cache
 from ring_actors.data.formats import (
     Splits,
     read_cifar_archive,
@@ -32,9 +29,6 @@ DATASETS = ("mnist", "fashion-mnist", "fashion-mnist-sample", "cifar10", "cifar1
 # A few MB of Fashion-MNIST inside the package, so a fresh clone runs offline (its README says
 # how it was drawn); read from here whatever the data root.
 SAMPLE_DIR = Path(__file__).parent / "fashion_mnist_sample"
-
-# Bumped whenever the decoders change, so stale .npz caches are ignored.
-_CACHE_FORMAT = 1
 
 
 class DatasetUnavailable(FileNotFoundError):
@@ -213,48 +207,6 @@ def _download(name: str, root: Path) -> None:
             cls(str(root), train=train, download=True)
 
 
-# ---------------------------------------------------------------- npz cache
-
-
-def _cache_path(name: str, paths: list[Path]) -> Path:
-    """Cache file keyed by the dataset and each source file's path, size and mtime."""
-    key = hashlib.sha256(f"{_CACHE_FORMAT}|{name}".encode())
-    for p in paths:
-        st = p.stat()
-        key.update(f"|{p.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
-    return _cache_base() / "extracted" / f"{name}-{key.hexdigest()[:16]}.npz"
-
-
-_ARRAY_KEYS = ("train_x", "train_y", "test_x", "test_y")
-
-
-def _read_cache(path: Path) -> Splits | None:
-    try:
-        with np.load(path) as z:
-            return tuple(z[k] for k in _ARRAY_KEYS)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
-        warnings.warn(f"ignoring unreadable dataset cache {path}: {e}", stacklevel=3)
-        return None
-
-
-def _write_cache(path: Path, arrays: Splits) -> None:
-    """Write tmp then rename, so concurrent loaders never see a partial file."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **dict(zip(_ARRAY_KEYS, arrays, strict=True)))
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a cache may be shared
-        os.replace(tmp, path)
-    except OSError as e:
-        warnings.warn(f"could not cache dataset arrays at {path}: {e}", stacklevel=3)
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-
-
 # ---------------------------------------------------------------- public loader
 
 
@@ -355,11 +307,11 @@ def load_dataset(
             raise _unavailable(name, spec, data_root, "download gave no usable files")
     layout, paths = found
 
-    cache = _cache_path(name, paths)
-    arrays = _read_cache(cache)
+    cache = cache_path(_cache_base(), name, paths)
+    arrays = read_cache(cache)
     if arrays is None:
         arrays = _checked(name, spec, layout.read(paths))
-        _write_cache(cache, arrays)
+        write_cache(cache, arrays)
     train_x, train_y, test_x, test_y = arrays
     return DatasetArrays(
         name, train_x, train_y, test_x, test_y, spec.num_classes, spec.mean, spec.std

@@ -14,12 +14,12 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from ring_actors.coordinator.output_files import write_outputs
 from ring_actors.coordinator.tracking import (
     Retry,
     Tracker,
     flatten,
     resolve_tracking_uri,
-    write_outputs,
 )
 from ring_actors.storage.run_folder import RunFolder
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ring_actors.coordinator.tracking import Retry, Tracker, write_outputs
+from ring_actors.coordinator.output_files import write_outputs
+from ring_actors.coordinator.tracking import Retry, Tracker
 from ring_actors.runtime.driver import run_experiment
 from ring_actors.storage.run_folder import RunFolder
 from tests.conftest import needs_data, small_config

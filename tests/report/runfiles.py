@@ -1,5 +1,5 @@
 """Run directories for the report's tests, written by the project's own writer
-(``tracking.write_outputs``) in the shape ``jobs.train`` leaves them."""
+(``output_files.write_outputs``) in the shape ``jobs.train`` leaves them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ring_actors.coordinator.tracking import write_outputs
+from ring_actors.coordinator.output_files import write_outputs
 
 
 def make_run(

@@ -18,7 +18,7 @@ from ring_actors.storage.durable import write_atomic
 WRITER = """
 import sys, time
 from pathlib import Path
-from ring_actors.coordinator.tracking import write_outputs
+from ring_actors.coordinator.output_files import write_outputs
 out = Path(sys.argv[1])
 events = [{"time_s": float(i), "kind": "hop", "client": i % 7, "round": i, "epoch": 1,
            "detail": "x" * 200} for i in range(20000)]
