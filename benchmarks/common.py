@@ -4,15 +4,17 @@ config from a base mapping plus dotted overrides."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from ring_actors.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def write_json(path: Path, record: Any, indent: int = 1) -> None:
@@ -43,6 +45,51 @@ def memory_kb(pid: int | str = "self") -> dict[str, int] | None:
 def uss_mb(pid: int | str = "self") -> float:
     """Private memory of a process, in MB (0 once it is gone)."""
     return (memory_kb(pid) or {"Uss": 0})["Uss"] / 1024
+
+
+class ProcessFacts(NamedTuple):
+    """One process as ``/proc`` shows it: its parent, CPU seconds so far and command line."""
+
+    ppid: int
+    cpu_s: float
+    cmdline: str
+
+
+def process_facts(pid: int | str) -> ProcessFacts | None:
+    """``/proc/PID/stat`` and ``cmdline`` read once; None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command may hold spaces and brackets
+    cpu_s = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    return ProcessFacts(int(fields[1]), cpu_s, cmdline)
+
+
+def process_table() -> dict[int, ProcessFacts]:
+    """Every live process of the machine."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (facts := process_facts(entry)) is not None:
+            table[int(entry)] = facts
+    return table
+
+
+def descendants(root: int, table: Mapping[int, ProcessFacts]) -> set[int]:
+    """``root`` and every process below it in ``table``."""
+    children: dict[int, list[int]] = {}
+    for pid, facts in table.items():
+        children.setdefault(facts.ppid, []).append(pid)
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            tree.add(pid)
+            todo += children.get(pid, [])
+    return tree
 
 
 def config_from_overrides(base: Mapping[str, Any], overrides: Sequence[str] = ()) -> Config:

@@ -40,8 +40,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
+from benchmarks.common import CLOCK_TICKS, descendants, process_table
 
 # ---- machine probes (plain /proc reads: no extra dependency) ------------------------------
 
@@ -72,32 +71,11 @@ def process_cpu() -> dict[int, tuple[str, float]]:
     Processes that do not descend from this one (other users of the machine, another Ray
     instance) are all of kind ``outside``.
     """
-    stats: dict[int, tuple[int, float, str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        seconds = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        stats[int(entry)] = (int(fields[1]), seconds, cmdline)
-    me = os.getpid()
-
-    def mine(pid: int) -> bool:
-        while pid in stats and pid > 1:
-            if pid == me:
-                return True
-            pid = stats[pid][0]
-        return False
-
+    table = process_table()
+    mine = descendants(os.getpid(), table)
     return {
-        pid: (classify(pid, cmdline) if mine(pid) else "outside", seconds)
-        for pid, (_, seconds, cmdline) in stats.items()
+        pid: (classify(pid, facts.cmdline) if pid in mine else "outside", facts.cpu_s)
+        for pid, facts in table.items()
     }
 
 

@@ -63,7 +63,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, memory_kb
+from benchmarks.common import REPO, descendants, memory_kb, process_table
 
 SIDES = ("plain", "flower", "ring")
 # Reading every process's page tables costs CPU on the cores being measured, and the more so
@@ -511,44 +511,6 @@ def _read_rollup(pid: int) -> tuple[int, int] | None:
     return None if memory is None else (memory["Pss"], memory["Uss"])
 
 
-def _cpu_ticks(pid: int) -> int | None:
-    """User plus system CPU time a process has used, in clock ticks; None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (the stat file's 14th and 15th)
-
-
-def _descendants(root: int) -> dict[int, str]:
-    """``root`` and every process below it, with their command lines."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    tree, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                tree[pid] = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        todo += children.get(pid, [])
-    return tree
-
-
 class TreeSampler(threading.Thread):
     """Peak PSS of a process tree, the largest USS of one of its worker processes, and the
     CPU time each kind of process used (as last seen before it exited)."""
@@ -561,7 +523,7 @@ class TreeSampler(threading.Thread):
         self.peak_pss_kb, self.samples, self.max_procs = 0, 0, 0
         self.max_uss_kb: dict[str, int] = {}  # by process title ("ray::ClientActor", ...)
         self.peak_pss_by_title: dict[str, int] = {}  # each title's total at the overall peak
-        self.cpu_ticks: dict[int, tuple[str, int]] = {}  # pid: (title, ticks last seen)
+        self.cpu_s: dict[int, tuple[str, float]] = {}  # pid: (title, CPU seconds last seen)
 
     def run(self) -> None:
         started = time.thread_time()
@@ -572,16 +534,15 @@ class TreeSampler(threading.Thread):
 
     def sample(self) -> None:
         total, by_title = 0, {}
-        tree = _descendants(self.root)
-        for pid, cmdline in tree.items():
+        table = process_table()
+        tree = descendants(self.root, table)
+        for pid in tree:
             sizes = _read_rollup(pid)
             if sizes is None:
                 continue
             pss, uss = sizes
-            title = self.title(pid, cmdline)
-            ticks = _cpu_ticks(pid)
-            if ticks is not None:
-                self.cpu_ticks[pid] = (title, ticks)
+            title = self.title(pid, table[pid].cmdline)
+            self.cpu_s[pid] = (title, table[pid].cpu_s)
             total += pss
             by_title[title] = by_title.get(title, 0) + pss
             if title.startswith("ray::") or (pid == self.root and self.worker_of_root):
@@ -604,10 +565,9 @@ class TreeSampler(threading.Thread):
 
     def cpu_s_by_title(self) -> dict[str, float]:
         """CPU seconds per process title, summed over its processes."""
-        hertz = os.sysconf("SC_CLK_TCK")
         totals: dict[str, float] = {}
-        for title, ticks in self.cpu_ticks.values():
-            totals[title] = totals.get(title, 0.0) + ticks / hertz
+        for title, seconds in self.cpu_s.values():
+            totals[title] = totals.get(title, 0.0) + seconds
         return {k: round(v, 1) for k, v in sorted(totals.items())}
 
     def client_uss_mb(self) -> float:

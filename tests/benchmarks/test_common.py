@@ -1,0 +1,33 @@
+"""The benchmarks' shared /proc readers see this process, its CPU time and its children."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from benchmarks.common import descendants, process_facts, process_table
+
+
+def test_a_process_reads_its_own_cpu_time_and_command_line():
+    before = process_facts(os.getpid())
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+    after = process_facts(os.getpid())
+    assert before is not None and after is not None
+    assert after.cpu_s - before.cpu_s >= 0.1
+    assert "pytest" in after.cmdline
+    assert process_facts(2**22 + 1) is None  # beyond pid_max: gone, not an error
+
+
+def test_descendants_hold_a_child_and_not_the_parent():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        table = process_table()
+        assert child.pid in descendants(os.getpid(), table)
+        assert os.getppid() not in descendants(os.getpid(), table)
+    finally:
+        child.kill()
+        child.wait()
