@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -45,6 +46,26 @@ def memory_kb(pid: int | str = "self") -> dict[str, int] | None:
 def uss_mb(pid: int | str = "self") -> float:
     """Private memory of a process, in MB (0 once it is gone)."""
     return (memory_kb(pid) or {"Uss": 0})["Uss"] / 1024
+
+
+def mean_std(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
+    """``mean ± std`` over seeds (std 0 for one value), each scaled (100: a share in %)."""
+    scaled = [scale * v for v in values]
+    std = statistics.stdev(scaled) if len(scaled) > 1 else 0.0
+    return f"{statistics.fmean(scaled):.{digits}f} ± {std:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table: floats with one decimal, None as an empty cell."""
+
+    def cell(value: object) -> str:
+        if value is None:
+            return ""
+        return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 class ProcessFacts(NamedTuple):

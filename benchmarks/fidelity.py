@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, markdown_table, mean_std
 from ring_actors.client.method_factory import client_data
 from ring_actors.client.resources import ClientData
 from ring_actors.config import Config, config_from_dict
@@ -230,28 +230,24 @@ def summarise(run: dict, last: int) -> dict[str, float]:
     }
 
 
-def _mean_std(values: list[float]) -> str:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{100 * statistics.fmean(values):.1f} ± {100 * std:.1f}"
-
-
 def table(runs: list[dict], last: int) -> str:
     """Markdown: one row per method spec, mean ± std over seeds."""
-    lines = [
-        "| method | Local-T | Global-T | worst client Local-T | MB sent / client / round |",
-        "|---|---|---|---|---|",
-    ]
     by_spec: dict[str, list[dict]] = {}
     for run in runs:
         by_spec.setdefault(run["spec"], []).append(summarise(run, last))
-    for spec, summaries in by_spec.items():
-        mb = statistics.fmean(s["mb_sent"] for s in summaries)
-        lines.append(
-            f"| {spec} | {_mean_std([s['local'] for s in summaries])} "
-            f"| {_mean_std([s['global'] for s in summaries])} "
-            f"| {_mean_std([s['local_min'] for s in summaries])} | {mb:.3f} |"
-        )
-    return "\n".join(lines)
+    header = ["method", "Local-T", "Global-T", "worst client Local-T", "MB sent / client / round"]
+    return markdown_table(
+        header,
+        (
+            [
+                spec,
+                *(mean_std([s[key] for s in summaries], 100) for key in ("local", "global")),
+                mean_std([s["local_min"] for s in summaries], 100),
+                f"{statistics.fmean(s['mb_sent'] for s in summaries):.3f}",
+            ]
+            for spec, summaries in by_spec.items()
+        ),
+    )
 
 
 def config_keys(setting: Setting) -> dict[str, object]:

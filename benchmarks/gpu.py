@@ -52,9 +52,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import REPO, markdown_table
+
 MB = 2**20
 SAMPLE_S = 0.5
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = os.environ.get("RING_ACTORS_DATA", "")
 
 
@@ -361,14 +362,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "working_mb",
     ]
 
-    def cell(value: Any) -> str:
-        return (
-            f"{value:.1f}" if isinstance(value, float) else str(value if value is not None else "")
-        )
-
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(keys, ([r.get(k) for k in keys] for r in rows))
 
 
 def largest_that_ran(rows: list[dict[str, Any]]) -> dict[str, int]:

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from benchmarks.common import mean_std
 from benchmarks.fidelity import RESULTS, Setting, ring_data, run_ring
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.sources import DatasetArrays, load_dataset
@@ -310,9 +311,7 @@ def divergence_curves(runs: list[dict]) -> dict[str, list[list[float] | None]]:
 
 
 def _cell(rows: list[dict], key: str, scale: float = 1.0, digits: int = 2) -> str:
-    values = [scale * r[key] for r in rows]
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.{digits}f} ± {std:.{digits}f}"
+    return mean_std([r[key] for r in rows], scale, digits)
 
 
 def table(runs: list[dict], last: int) -> str:
