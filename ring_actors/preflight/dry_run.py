@@ -15,6 +15,7 @@ from ring_actors.models import BACKBONES
 from ring_actors.plugins.methods import PluginError, known_names, resolve_algorithm
 from ring_actors.preflight.admission import CONTROL_PLANE_GB, client_gb, need_gb, node_memory
 from ring_actors.preflight.capacity import fits, shortfall
+from ring_actors.preflight.heterogeneity_plan import describe_heterogeneity
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from topologies import TOPOLOGIES
 
@@ -103,6 +104,7 @@ def describe_plan(config: Config) -> str:
                 )
                 for name, size in lap_bytes.items()
             ),
+            *describe_heterogeneity(config),
         ]
     )
 
