@@ -108,7 +108,7 @@ class Experiment:
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 runtime_env=actor_runtime_env(),
-            ).remote(limit)
+            ).remote(limit, order=clients.slot_order)
         # Not awaited: a client finds its pool by name and its first request waits for it.
 
     def join(self, count: int, first_round: int | None = None) -> list[int]:

@@ -4,10 +4,10 @@ Clients may outnumber cores (or GPU capacity) many times over. Left alone, eight
 clients on two cores each run at a fraction of their speed and the round waits for the slowest;
 admitted two at a time, each runs at full speed and the node stays busy. One pool actor per node
 grants the slots. It is an asyncio actor, so a waiting client costs no CPU (it blocks in
-``ray.get``), requests are served oldest round first (sync and async rounds, laps and joins
-keep their order), and a holder's slot is a lease its client renews from a side thread: a
-holder that died or froze stops renewing and its slot is reclaimed, with no handle to the
-holder and no call to it.
+``ray.get``), requests are served in the run's ``clients.slot_order`` (by default oldest round
+first, so sync and async rounds, laps and joins keep their order), and a holder's slot is a
+lease its client renews from a side thread: a holder that died or froze stops renewing and its
+slot is reclaimed, with no handle to the holder and no call to it.
 """
 
 from __future__ import annotations
@@ -43,10 +43,12 @@ def pool_name(run_key: str, node_id: str) -> str:
     return f"ring-actors-{run_key}-slots-{node_id}"
 
 
+SLOT_ORDERS = ("oldest_round", "first_come", "least_recent")
+
+
 @dataclass(order=True)
 class _Request:
-    round: int
-    seq: int
+    key: tuple[int, ...]
     client: int = field(compare=False)
     granted: asyncio.Event = field(compare=False, default_factory=asyncio.Event)
     token: int = field(compare=False, default=-1)
@@ -59,16 +61,29 @@ class _Grant:
 
 
 class SlotPool:
-    """Grants at most ``limit`` slots at a time, lowest round first (then first come).
+    """Grants at most ``limit`` slots at a time, in the order ``order`` names:
+
+    - ``oldest_round``: the lowest round first, then first come. The client furthest behind
+      computes next, so a sync ring's round is not held up by a client that waited;
+    - ``first_come``: the order of the requests, whatever their round;
+    - ``least_recent``: the client granted a slot longest ago first (one never granted before
+      all), then the lowest round: every client's state stays about equally fresh, so an async
+      ring does not let the fast clients take the slots over.
 
     A client holds at most one slot: a new request from a client that still holds one (a
     process Ray restarted) returns the old one first. A slot not renewed for ``lease_s`` is
     taken back.
     """
 
-    def __init__(self, limit: int, lease_s: float = SLOT_LEASE_S) -> None:
+    def __init__(
+        self, limit: int, lease_s: float = SLOT_LEASE_S, order: str = "oldest_round"
+    ) -> None:
+        if order not in SLOT_ORDERS:
+            raise ValueError(f"slot order {order!r}: must be one of {', '.join(SLOT_ORDERS)}")
         self.limit = limit
         self.lease_s = lease_s
+        self.order = order
+        self.last_granted: dict[int, int] = {}  # client: the grant number it got last
         self.waiting: list[_Request] = []
         self.held: dict[int, _Grant] = {}
         self.seq = itertools.count()
@@ -83,13 +98,21 @@ class SlotPool:
         for token, grant in list(self.held.items()):
             if grant.client == client_id:
                 del self.held[token]
-        request = _Request(round_, next(self.seq), client_id)
+        request = _Request(self._key(client_id, round_), client_id)
         heapq.heappush(self.waiting, request)
         self._dispatch()
         if self.reaper is None:
             self.reaper = asyncio.get_running_loop().create_task(self._reclaim_expired())
         await request.granted.wait()
         return request.token
+
+    def _key(self, client_id: int, round_: int) -> tuple[int, ...]:
+        arrival = next(self.seq)
+        if self.order == "first_come":
+            return (arrival,)
+        if self.order == "least_recent":
+            return (self.last_granted.get(client_id, -1), round_, arrival)
+        return (round_, arrival)
 
     async def renew(self, token: int) -> bool:
         """Extend a lease; False if it was already taken back."""
@@ -121,6 +144,7 @@ class SlotPool:
             request = heapq.heappop(self.waiting)
             request.token = next(self.tokens)
             self.held[request.token] = _Grant(request.client, time.monotonic())
+            self.last_granted[request.client] = self.granted
             self.granted += 1
             self.most_held = max(self.most_held, len(self.held))
             request.granted.set()
