@@ -16,8 +16,8 @@ from ring_actors.config import ConfigError, config_from_dict, load_config
 from ring_actors.in_process import InProcessRing
 from ring_actors.preflight.dry_run import list_choices
 from ring_actors.runtime.driver import launch
-from tests.algorithms.synthetic import separable
-from tests.test_in_process import CLASSES, SHAPE, client_data
+from tests.helpers.in_process_ring import CLASSES, SHAPE, client_data
+from tests.helpers.synthetic import separable
 
 TINY = "examples.stripes:TinyCNN"
 

@@ -10,8 +10,8 @@ from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import ConfigError, load_config
 from ring_actors.plugins.methods import PluginError, known_names, resolve_algorithm
 from ring_actors.preflight.dry_run import list_choices
-from tests.algorithms.synthetic import separable
-from tests.test_in_process import CLASSES, SHAPE, ring
+from tests.helpers.in_process_ring import CLASSES, SHAPE, ring
+from tests.helpers.synthetic import separable
 
 LAB_METHOD = """
 from ring_actors.algorithms.dfedavg import DFedAvg

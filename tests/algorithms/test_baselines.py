@@ -12,7 +12,7 @@ from ring_actors.algorithms.fedavg import FedAvg
 from ring_actors.algorithms.local import Local
 from ring_actors.algorithms.supervised import SupervisedAlgorithm
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
-from tests.algorithms.synthetic import run_laps, separable
+from tests.helpers.synthetic import run_laps, separable
 
 CPU = torch.device("cpu")
 SHAPE = (1, 16, 16)  # small images keep the CNN fast on two cores

@@ -21,8 +21,8 @@ from ring_actors.algorithms.dispfl import (
     unpack_bits,
 )
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
-from tests.algorithms.ring_runs import learn_on_ring
-from tests.algorithms.synthetic import separable
+from tests.helpers.ring_runs import learn_on_ring
+from tests.helpers.synthetic import separable
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")

@@ -21,7 +21,7 @@ from ring_actors.algorithms.drdfl import (
     uniform_cross_entropy,
 )
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
-from tests.algorithms.synthetic import separable
+from tests.helpers.synthetic import separable
 
 CPU = torch.device("cpu")
 SMALL = {"latent_personal": 8, "latent_learngene": 8}

@@ -14,9 +14,9 @@ from ring_actors.config import ConfigError
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from ring_actors.models import build_backbone
 from ring_actors.models.small_cnn import SmallCNN
-from tests.algorithms.ring_runs import learn_on_ring
-from tests.algorithms.synthetic import run_laps, separable
 from tests.conftest import small_config
+from tests.helpers.ring_runs import learn_on_ring
+from tests.helpers.synthetic import run_laps, separable
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")

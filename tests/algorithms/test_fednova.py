@@ -11,8 +11,8 @@ from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.fedavg import FedAvg
 from ring_actors.algorithms.fednova import FedNova, FedNovaOptions, normalising_factor
 from ring_actors.config import ConfigError, load_config
-from tests.algorithms.ring_runs import learn_on_ring
-from tests.algorithms.synthetic import run_laps, separable
+from tests.helpers.ring_runs import learn_on_ring
+from tests.helpers.synthetic import run_laps, separable
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")

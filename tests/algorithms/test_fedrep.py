@@ -11,8 +11,8 @@ from ring_actors.algorithms.base import TaskSpec
 from ring_actors.algorithms.fedavg import WEIGHT
 from ring_actors.algorithms.fedrep import FedRep, FedRepOptions
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
-from tests.algorithms.ring_runs import learn_on_ring
-from tests.algorithms.synthetic import run_laps, separable
+from tests.helpers.ring_runs import learn_on_ring
+from tests.helpers.synthetic import run_laps, separable
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as a client on one CPU runs
 CPU = torch.device("cpu")

@@ -27,7 +27,7 @@ from ring_actors.algorithms.gene_fl_ops import (
 )
 from ring_actors.data.images import LabelledImages
 from ring_actors.delivery.payloads import Channel, Payload
-from tests.algorithms.synthetic import run_laps, separable
+from tests.helpers.synthetic import run_laps, separable
 
 CPU = torch.device("cpu")
 SHAPE = (1, 16, 16)  # small images keep the CNN fast on two cores

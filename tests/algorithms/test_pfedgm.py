@@ -20,7 +20,7 @@ from ring_actors.algorithms.pfedgm_heads import (
 from ring_actors.algorithms.pfedgm_personal import PersonalHead, fit_sgd, refit_biases
 from ring_actors.delivery.payloads import Payload
 from ring_actors.models.pfedgm_nets import FedPACCNN
-from tests.algorithms.synthetic import run_laps, separable
+from tests.helpers.synthetic import run_laps, separable
 
 CPU = torch.device("cpu")
 SHAPE = (1, 16, 16)  # small images keep the CNN fast on two cores

@@ -23,7 +23,7 @@ from ring_actors.data.images import LabelledImages
 from ring_actors.delivery.payloads import Payload, detach_to_cpu
 from ring_actors.models import build_backbone
 from ring_actors.models.split import FeatureClassifierNet
-from tests.algorithms.synthetic import separable
+from tests.helpers.synthetic import separable
 
 CPU = torch.device("cpu")
 SHAPE = (1, 16, 16)  # small images keep the CNN fast on two cores

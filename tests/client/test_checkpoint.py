@@ -17,7 +17,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
 from ring_actors.faults.client_side import strike
 from ring_actors.storage.run_folder import CheckpointError
-from tests.algorithms.synthetic import separable
+from tests.helpers.synthetic import separable
 
 
 class Exploit:

@@ -17,7 +17,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.transport import PeerUnavailable
 from ring_actors.delivery.view import View
-from tests.algorithms.synthetic import separable
+from tests.helpers.synthetic import separable
 
 SHAPE = (1, 28, 28)
 

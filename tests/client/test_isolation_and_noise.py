@@ -10,7 +10,7 @@ from ring_actors.client.isolation_and_noise import ExchangeControl, noise_like
 from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import ConfigError, config_from_dict
 from ring_actors.delivery.payloads import Payload
-from tests.test_in_process import CLASSES, SHAPE, client_data, ring
+from tests.helpers.in_process_ring import CLASSES, SHAPE, client_data, ring
 
 ROUNDS = 3
 

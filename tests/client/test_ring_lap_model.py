@@ -27,8 +27,8 @@ from ring_actors.config import Config, config_from_dict
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.transport import PeerGone, PeerUnavailable
 from ring_actors.delivery.view import View
-from tests.algorithms.synthetic import separable
 from tests.client.test_client_core import Reports
+from tests.helpers.synthetic import separable
 
 SHAPE = (1, 28, 28)
 HOP_S = 0.3

@@ -22,8 +22,8 @@ from ring_actors.client.slot_release import (
 from ring_actors.config import ConfigError, load_config
 from ring_actors.data.images import LabelledImages
 from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
-from tests.algorithms.synthetic import separable
 from tests.conftest import needs_data, small_config
+from tests.helpers.synthetic import separable
 
 CPU = torch.device("cpu")
 GPU_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -10,7 +10,7 @@ import pytest
 from ring_actors.config import ConfigError, config_from_dict
 from ring_actors.data.client_splits import split_for
 from ring_actors.data.partition_file import load_partition, partition_digest, save_partition
-from tests.data.test_client_splits import dataset
+from tests.helpers.toy_dataset import dataset
 
 
 def config(partition: dict, count: int = 4):

@@ -19,8 +19,8 @@ from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
-from tests.algorithms.synthetic import separable
 from tests.client.test_client_core import Peer, Reports
+from tests.helpers.synthetic import separable
 
 SHAPE = (1, 28, 28)
 CONFIG = config_from_dict(

@@ -15,8 +15,8 @@ from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.view import View
-from tests.algorithms.synthetic import separable
 from tests.client.test_client_core import SHAPE, Peer, Reports, share
+from tests.helpers.synthetic import separable
 
 CONFIG = config_from_dict({"clients": {"count": 3}, "schedule": {"hop_timeout_s": 2}})
 

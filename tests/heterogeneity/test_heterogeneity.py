@@ -21,7 +21,7 @@ from ring_actors.heterogeneity.section import (
     LinksSection,
 )
 from ring_actors.in_process import InProcessRing
-from tests.test_in_process import CLASSES, SHAPE, client_data
+from tests.helpers.in_process_ring import CLASSES, SHAPE, client_data
 
 
 def model(section: HeterogeneitySection, total: int = 12, seed: int = 0) -> Heterogeneity:

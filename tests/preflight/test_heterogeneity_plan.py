@@ -8,7 +8,7 @@ import re
 from ring_actors.config import config_from_dict
 from ring_actors.in_process import InProcessRing
 from ring_actors.preflight.heterogeneity_plan import describe_heterogeneity
-from tests.test_in_process import CLASSES, SHAPE, client_data
+from tests.helpers.in_process_ring import CLASSES, SHAPE, client_data
 
 DRAWN = {
     "compute": {"distribution": "lognormal", "spread": 1.2},
