@@ -15,7 +15,7 @@ Both sides get the same partitions, the same local and global test sets and the 
 in-process ring (``benchmarks.fidelity.run_ring``, sync mode) on the dynamic topology with
 ``divergence=js``, the measure the official code computes. What stays different is each
 side's own: the official ``SimpleCNN`` against our ``cnn`` backbone, and the official rules
-themselves (see RESULTS.md). Per round and client the JSON keeps the decision (dropout, peers
+themselves (see HISTORY.md). Per round and client the JSON keeps the decision (dropout, peers
 pulled whole, peers pulled for the extractor only), the sampled peers and their divergences
 (ours from each client's round report), and Local-T and Global-T after training (the official
 code's own Local-T, measured before training, is kept as ``local_before``). Decision counts
