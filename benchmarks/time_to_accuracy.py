@@ -134,7 +134,7 @@ def _common_config(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             "time_budget_s": args.budget_s,
         },
         "data": {"dataset": args.dataset, "partition": {"kind": "dirichlet", "beta": 0.3}},
-        "clients": {"checkpoint": False},
+        "clients": {"checkpoint": False, "num_cpus": 0.1},  # clients outnumber cores
         "algorithm": {"name": "dfedavg", "lr": 0.001},
         "schedule": {"hop_timeout_s": 30.0},
         "eval": {"every": 100_000, "every_s": args.mark_s, "global_max_samples": args.global_max},

@@ -50,6 +50,7 @@ SLOT_ORDERS = ("oldest_round", "first_come", "least_recent")
 class _Request:
     key: tuple[int, ...]
     client: int = field(compare=False)
+    round: int = field(compare=False)
     granted: asyncio.Event = field(compare=False, default_factory=asyncio.Event)
     token: int = field(compare=False, default=-1)
 
@@ -66,9 +67,10 @@ class SlotPool:
     - ``oldest_round``: the lowest round first, then first come. The client furthest behind
       computes next, so a sync ring's round is not held up by a client that waited;
     - ``first_come``: the order of the requests, whatever their round;
-    - ``least_recent``: the client granted a slot longest ago first (one never granted before
-      all), then the lowest round: every client's state stays about equally fresh, so an async
-      ring does not let the fast clients take the slots over.
+    - ``least_recent``: a client finishing a round it was already granted a slot for (its
+      evaluation after its training) first, then the client granted a slot longest ago (one
+      never granted before all), then the lowest round: every client's state stays about
+      equally fresh, so an async ring does not let the fast clients take the slots over.
 
     A client holds at most one slot: a new request from a client that still holds one (a
     process Ray restarted) returns the old one first. A slot not renewed for ``lease_s`` is
@@ -83,7 +85,7 @@ class SlotPool:
         self.limit = limit
         self.lease_s = lease_s
         self.order = order
-        self.last_granted: dict[int, int] = {}  # client: the grant number it got last
+        self.last_granted: dict[int, tuple[int, int]] = {}  # client: (grant number, round)
         self.waiting: list[_Request] = []
         self.held: dict[int, _Grant] = {}
         self.seq = itertools.count()
@@ -98,7 +100,7 @@ class SlotPool:
         for token, grant in list(self.held.items()):
             if grant.client == client_id:
                 del self.held[token]
-        request = _Request(self._key(client_id, round_), client_id)
+        request = _Request(self._key(client_id, round_), client_id, round_)
         heapq.heappush(self.waiting, request)
         self._dispatch()
         if self.reaper is None:
@@ -111,7 +113,8 @@ class SlotPool:
         if self.order == "first_come":
             return (arrival,)
         if self.order == "least_recent":
-            return (self.last_granted.get(client_id, -1), round_, arrival)
+            grant, granted_round = self.last_granted.get(client_id, (-1, -1))
+            return (-2 if granted_round == round_ else grant, round_, arrival)
         return (round_, arrival)
 
     async def renew(self, token: int) -> bool:
@@ -144,7 +147,7 @@ class SlotPool:
             request = heapq.heappop(self.waiting)
             request.token = next(self.tokens)
             self.held[request.token] = _Grant(request.client, time.monotonic())
-            self.last_granted[request.client] = self.granted
+            self.last_granted[request.client] = (self.granted, request.round)
             self.granted += 1
             self.most_held = max(self.most_held, len(self.held))
             request.granted.set()

@@ -17,7 +17,7 @@ def _run(tmp_path, backend: str, arms: list[str]) -> dict:
             "--backend", backend, "--regime", "compute-bound", "--dataset", "fashion-mnist-sample",
             "--clients", "3", "--max-train", "24", "--budget-s", "4", "--mark-s", "1",
             "--global-max", "40", "--seeds", "0", "--out", str(out),
-            "schedule.hop_timeout_s=5", "clients.num_cpus=0.1", "--arms", *arms,
+            "schedule.hop_timeout_s=5", "--arms", *arms,
         ]
     )  # fmt: skip
     return json.loads(out.read_text())

@@ -50,9 +50,21 @@ def test_least_recent_grants_the_client_served_longest_ago_first():
         for client in (2, 0, 3):  # served in this order before: 2 longest ago, 3 last
             await pool.release(await pool.acquire(client, 0))
         # client 1 was never served: first; then 2, 0, 3 whatever their rounds
-        return await _grant_order(pool, [(3, 0), (0, 1), (1, 9), (2, 5)])
+        return await _grant_order(pool, [(3, 1), (0, 1), (1, 9), (2, 5)])
 
     assert asyncio.run(scenario()) == [1, 2, 0, 3]
+
+
+def test_least_recent_lets_a_client_finish_the_round_it_was_served_for():
+    """Training and evaluation each take a slot: the second request of a round goes first,
+    so a client's round is not split by a whole rotation of the others."""
+
+    async def scenario() -> list[int]:
+        pool = SlotPool(1, order="least_recent")
+        await pool.release(await pool.acquire(0, 4))  # client 0 trained round 4
+        return await _grant_order(pool, [(1, 4), (2, 4), (0, 4)])  # 0 now evaluates round 4
+
+    assert asyncio.run(scenario()) == [0, 1, 2]
 
 
 def test_an_unknown_order_is_a_config_error_naming_the_key():
