@@ -15,7 +15,9 @@ client computes alike:
   loop. An offline client leaves the ring (it is bypassed), keeps everything it holds,
   and is spliced in again when it comes back.
 
-Trace file (JSON), every part optional; client ids are the run's::
+Trace file (JSON), every part optional; client ids are the run's: integers (as object keys,
+their decimal text such as "3"); every value a finite number (not true, not a string); null in a
+matrix or a link entry leaves the section's value::
 
     {
       "compute": {"0": 1.0, "5": 8.0},                      # speed factor per client

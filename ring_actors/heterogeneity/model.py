@@ -3,20 +3,47 @@ on every client, so every process computes the same facts without asking anyone.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ring_actors.delivery.transport import ClientHandle
 from ring_actors.heterogeneity.links import LinkedHandle
 from ring_actors.heterogeneity.section import HeterogeneitySection
-from ring_actors.heterogeneity.trace_file import Trace, read_trace
+from ring_actors.heterogeneity.trace_file import Trace
 
 if TYPE_CHECKING:  # the coordinator reads this module without torch
     from ring_actors.delivery.payloads import Payload
 
-OFFLINE_HORIZON_S = 7 * 24 * 3600.0  # drawn availability is generated up to this far
+
+class DrawnPeriods(Sequence[tuple[float, float]]):
+    """Off periods without end: online ~Exp(mean_online_s), then offline ~Exp(mean_offline_s),
+    again and again. Each is drawn when it is first read, so a run holds only the periods it
+    has reached, and one seed gives one sequence however far it is read."""
+
+    def __init__(self, rng: random.Random, mean_online_s: float, mean_offline_s: float) -> None:
+        self.rng = rng
+        self.rates = (1 / mean_online_s, 1 / mean_offline_s)
+        self.drawn: list[tuple[float, float]] = []
+        self.end_s = 0.0  # where the last drawn period ends
+
+    def __getitem__(self, index: int) -> tuple[float, float]:
+        if not isinstance(index, int) or index < 0:
+            raise TypeError("drawn periods have no end: read them by index from 0 or in order")
+        while len(self.drawn) <= index:
+            start = self.end_s + self.rng.expovariate(self.rates[0])
+            self.end_s = start + self.rng.expovariate(self.rates[1])
+            self.drawn.append((start, self.end_s))
+        return self.drawn[index]
+
+    def __len__(self) -> int:
+        return sys.maxsize  # no end: every index a reader reaches holds a period
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return (self[i] for i in itertools.count())
 
 
 class Heterogeneity:
@@ -25,9 +52,9 @@ class Heterogeneity:
     def __init__(self, section: HeterogeneitySection, seed: int, total_clients: int) -> None:
         self.section = section
         self.seed = seed
-        self.trace = read_trace(section.trace) if section.trace else Trace({}, {}, {})
+        self.trace = section.read_trace() if section.trace else Trace({}, {}, {})
         self.factors = self._draw_factors(total_clients)
-        self.offline_cache: dict[int, list[tuple[float, float]]] = {}
+        self.offline_cache: dict[int, Sequence[tuple[float, float]]] = {}
 
     @property
     def links_apply(self) -> bool:
@@ -73,22 +100,18 @@ class Heterogeneity:
         latency, bandwidth = self.link(sender, receiver)
         return latency + (nbytes / bandwidth if bandwidth else 0.0)
 
-    def offline_periods(self, client: int) -> list[tuple[float, float]]:
-        """The client's offline spans [from_s, to_s), seconds from the start of its rounds."""
+    def offline_periods(self, client: int) -> Sequence[tuple[float, float]]:
+        """The client's offline spans [from_s, to_s) in order, seconds from the start of its
+        rounds: the trace's, or drawn ones without end, drawn as far as they are read."""
         if client in self.offline_cache:
             return self.offline_cache[client]
-        periods = list(self.trace.offline.get(client, []))
+        periods: Sequence[tuple[float, float]] = self.trace.offline.get(client, [])
         avail = self.section.availability
         drawn = avail.mean_online_s is not None and (not avail.clients or client in avail.clients)
         if drawn and client not in self.trace.offline:
             assert avail.mean_online_s is not None
             rng = random.Random(f"{self.seed}:availability:{client}")
-            t = 0.0
-            while t < OFFLINE_HORIZON_S:
-                t += rng.expovariate(1 / avail.mean_online_s)
-                off = rng.expovariate(1 / avail.mean_offline_s)
-                periods.append((t, t + off))
-                t += off
+            periods = DrawnPeriods(rng, avail.mean_online_s, avail.mean_offline_s)
         self.offline_cache[client] = periods
         return periods
 

@@ -6,12 +6,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ring_actors.config.checks import ConfigError, check
-from ring_actors.heterogeneity.trace_file import read_trace
+from ring_actors.heterogeneity.trace_file import Trace, read_trace
 
 DISTRIBUTIONS = ("none", "lognormal")
+# A lognormal spread of 3 already puts about 140x between the fastest and the slowest tenth;
+# with it, exp(spread * z) stays finite for every z a draw can give (|z| < 9).
+MAX_SPREAD = 3.0
+# Off periods, and the spans online between them, average at least this long: one is applied
+# at a round boundary, so much shorter ones would only be recorded, each as an event.
+MIN_MEAN_PERIOD_S = 0.1
 COMPUTE = "heterogeneity.compute"
 LINKS = "heterogeneity.links"
 AVAILABILITY = "heterogeneity.availability"
+TRACE = "heterogeneity.trace"
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,7 @@ class ComputeSection:
     def __post_init__(self) -> None:
         bad = [f for f in self.factors if not f >= 1]
         check(not bad, f"{COMPUTE}.factors", "a list of numbers >= 1 (1 = full speed)", bad)
-        check(self.spread > 0, f"{COMPUTE}.spread", "a number > 0", self.spread)
+        _check_spread(self.spread, f"{COMPUTE}.spread")
         check(
             self.distribution in DISTRIBUTIONS,
             f"{COMPUTE}.distribution",
@@ -54,7 +61,7 @@ class LinksSection:
             "null or a number > 0",
             bw,
         )
-        check(self.spread > 0, f"{LINKS}.spread", "a number > 0", self.spread)
+        _check_spread(self.spread, f"{LINKS}.spread")
         check(
             self.distribution in DISTRIBUTIONS,
             f"{LINKS}.distribution",
@@ -76,17 +83,17 @@ class AvailabilitySection:
     def __post_init__(self) -> None:
         on, off = self.mean_online_s, self.mean_offline_s
         check(
-            on is None or on > 0,
+            on is None or on >= MIN_MEAN_PERIOD_S,
             f"{AVAILABILITY}.mean_online_s",
-            "null or a number > 0",
+            f"null or a number >= {MIN_MEAN_PERIOD_S} (seconds)",
             on,
         )
         check(off >= 0, f"{AVAILABILITY}.mean_offline_s", "a number >= 0", off)
         if on is not None:
             check(
-                off > 0,
+                off >= MIN_MEAN_PERIOD_S,
                 f"{AVAILABILITY}.mean_offline_s",
-                "a number > 0 with mean_online_s",
+                f"a number >= {MIN_MEAN_PERIOD_S} (seconds) with mean_online_s",
                 off,
             )
 
@@ -99,22 +106,29 @@ class HeterogeneitySection:
     trace: str | None = None  # a JSON trace file (format in ring_actors/heterogeneity/__init__.py)
 
     def __post_init__(self) -> None:
-        if self.trace is not None:
-            try:  # read here, so a missing or malformed file stops the run before it starts
-                read_trace(self.trace)
-            except (OSError, ValueError) as err:
-                raise ConfigError(f"heterogeneity.trace: {err}") from err
+        if self.trace is not None:  # read here, so a wrong file stops the run before it starts
+            self.read_trace()
+
+    def read_trace(self) -> Trace:
+        """The trace file, checked; a ConfigError names the key, the file and the entry."""
+        assert self.trace is not None
+        try:
+            return read_trace(self.trace)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{TRACE}: {self.trace}: {err}") from err
 
     def check_clients(self, total: int) -> None:
         """Every client id named anywhere must be one of the run's ``total`` clients."""
         named = {f"{AVAILABILITY}.clients": list(self.availability.clients)}
         if self.trace is not None:
-            trace = read_trace(self.trace)
-            named["heterogeneity.trace"] = [
-                *trace.compute,
-                *trace.offline,
-                *(c for link in trace.links for c in link),
-            ]
+            trace = self.read_trace()
+            named[f"{TRACE}: {self.trace}: compute"] = list(trace.compute)
+            named[f"{TRACE}: {self.trace}: links"] = [c for link in trace.links for c in link]
+            named[f"{TRACE}: {self.trace}: availability"] = list(trace.offline)
         for key, ids in named.items():
             bad = sorted({c for c in ids if not 0 <= c < total})
             check(not bad, key, f"client ids in [0, {total})", bad)
+
+
+def _check_spread(spread: float, key: str) -> None:
+    check(0 < spread <= MAX_SPREAD, key, f"a number in (0, {MAX_SPREAD}]", spread)

@@ -1,15 +1,33 @@
-"""A heterogeneity trace file: per-client speeds, per-link latency and bandwidth, offline spans."""
+"""A heterogeneity trace file: per-client speeds, per-link latency and bandwidth, offline spans.
+
+Checked as strictly as the YAML config, since JSON lets through what YAML refuses: every number
+finite and a number (``true`` and ``"2"`` are not), every client id an integer (as an object
+key, its decimal text: ``"3"``). A null in a matrix or a link entry leaves that value as the
+section's.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+PARTS = ("compute", "links", "latency_s", "bandwidth_bytes_s", "availability")
+LINK_VALUES: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "latency_s": ("a finite number >= 0 (seconds) or null", lambda s: s >= 0),
+    "bandwidth_bytes_s": ("a finite number > 0 (bytes/s) or null", lambda b: b > 0),
+}
+SPAN = "[from_s, to_s]: finite numbers with 0 <= from_s < to_s"
+
+Link = tuple[int, int]
+
 
 def _must(ok: bool, key: str, allowed: str, value: Any = ...) -> None:
-    """A ValueError naming the entry; the section that reads the file adds its key."""
+    """A ValueError naming the entry; the section that reads the file adds its key and path."""
     if not ok:
         got = "" if value is ... else f", got {value!r}"
         raise ValueError(f"{key}: must be {allowed}{got}")
@@ -18,43 +36,116 @@ def _must(ok: bool, key: str, allowed: str, value: Any = ...) -> None:
 @dataclass(frozen=True)
 class Trace:
     compute: dict[int, float]
-    links: dict[tuple[int, int], tuple[float | None, float | None]]  # latency, bandwidth
+    links: dict[Link, tuple[float | None, float | None]]  # latency, bandwidth
     offline: dict[int, list[tuple[float, float]]]
 
 
 def read_trace(path: str | Path) -> Trace:
     """Parse and check a trace file; ValueError names the entry that is wrong."""
     data = json.loads(Path(path).read_text())
-    _must(isinstance(data, dict), "trace", "a JSON object", type(data).__name__)
-    unknown = set(data) - {"compute", "links", "latency_s", "bandwidth_bytes_s", "availability"}
-    _must(not unknown, "trace", "keys among compute, links, latency_s, bandwidth_bytes_s, "
-          "availability", sorted(unknown))  # fmt: skip
-    compute = {int(c): float(f) for c, f in (data.get("compute") or {}).items()}
-    bad = {c: f for c, f in compute.items() if not f >= 1}
-    _must(not bad, "trace.compute", "speed factors >= 1", bad)
-    links: dict[tuple[int, int], tuple[float | None, float | None]] = {}
-    for name in ("latency_s", "bandwidth_bytes_s"):
-        matrix = data.get(name)
-        if matrix is None:
-            continue
-        _must(isinstance(matrix, list), f"trace.{name}", "a matrix (list of rows)")
-        for a, row in enumerate(matrix):
+    _must(isinstance(data, dict), "the file", "a JSON object", type(data).__name__)
+    unknown = sorted(set(data) - set(PARTS))
+    _must(not unknown, "the file", f"an object with keys among {', '.join(PARTS)}", unknown)
+    links = _matrix_links(data)
+    _add_link_entries(data, links)
+    return Trace(_compute(data), links, _offline(data))
+
+
+def _part(data: dict[str, Any], name: str, kind: type) -> Any:
+    """The part ``name`` of the file, empty when absent or null."""
+    value = data.get(name)
+    if value is None:
+        return kind()
+    _must(isinstance(value, kind), name, f"a JSON {'object' if kind is dict else 'list'}", value)
+    return value
+
+
+def _number(
+    value: Any, key: str, allowed: str, within: Callable[[float], bool] = lambda _: True
+) -> float:
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        number = float(value) if is_number else math.nan
+    except OverflowError:  # an integer past a float's range
+        number = math.inf
+    _must(math.isfinite(number) and within(number), key, allowed, value)
+    return number
+
+
+def _client_id(value: Any, key: str) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    _must(ok, key, "a client id: an integer >= 0", value)
+    return value
+
+
+def _client_key(text: str, key: str) -> int:
+    """A client id written as an object key: its decimal text, ``"3"``."""
+    _must(re.fullmatch(r"0|[1-9][0-9]*", text) is not None, key, 'a client id such as "3"', text)
+    return int(text)
+
+
+def _compute(data: dict[str, Any]) -> dict[int, float]:
+    speeds = {}
+    for client, factor in _part(data, "compute", dict).items():
+        key = f"compute.{client}"
+        allowed = "a finite number >= 1 (1 = full speed)"
+        speeds[_client_key(client, key)] = _number(factor, key, allowed, lambda f: f >= 1)
+    return speeds
+
+
+def _matrix_links(data: dict[str, Any]) -> dict[Link, tuple[float | None, float | None]]:
+    """The ``latency_s`` and ``bandwidth_bytes_s`` matrices (row: sender), diagonal aside."""
+    links: dict[Link, tuple[float | None, float | None]] = {}
+    for name, (allowed, within) in LINK_VALUES.items():
+        for a, row in enumerate(_part(data, name, list)):
+            _must(isinstance(row, list), f"{name}[{a}]", "a row: a list of numbers", row)
             for b, value in enumerate(row):
-                if a != b:
-                    lat, bw = links.get((a, b), (None, None))
-                    links[(a, b)] = (float(value), bw) if name == "latency_s" else (lat, value)
-    for entry in data.get("links") or []:
-        _must({"from", "to"} <= set(entry), "trace.links[]", "entries with from and to", entry)
-        key = (int(entry["from"]), int(entry["to"]))
-        lat, bw = links.get(key, (None, None))
-        links[key] = (entry.get("latency_s", lat), entry.get("bandwidth_bytes_s", bw))
-    for key, (lat, bw) in links.items():
-        _must(lat is None or lat >= 0, f"trace link {key}", "a latency_s >= 0", lat)
-        _must(bw is None or bw > 0, f"trace link {key}", "a bandwidth_bytes_s > 0", bw)
-    offline: dict[int, list[tuple[float, float]]] = {}
-    for client, periods in (data.get("availability") or {}).items():
-        spans = sorted((float(a), float(b)) for a, b in periods)
-        bad_spans = [s for s in spans if not 0 <= s[0] < s[1]]
-        _must(not bad_spans, f"trace.availability.{client}", "[from_s, to_s] with from < to")
-        offline[int(client)] = spans
-    return Trace(compute, links, offline)
+                if value is None:
+                    continue
+                key = f"{name}[{a}][{b}]"
+                if a == b:  # a client's link to itself is never used
+                    _number(value, key, "a finite number or null")
+                    continue
+                _set(links, (a, b), name, _number(value, key, allowed, within))
+    return links
+
+
+def _add_link_entries(
+    data: dict[str, Any], links: dict[Link, tuple[float | None, float | None]]
+) -> None:
+    """The ``links`` entries, over what the matrices said for the same links."""
+    fields = ("from", "to", *LINK_VALUES)
+    for i, entry in enumerate(_part(data, "links", list)):
+        key = f"links[{i}]"
+        shape = "an object with from, to, and latency_s or bandwidth_bytes_s"
+        _must(isinstance(entry, dict) and {"from", "to"} <= set(entry), key, shape, entry)
+        unknown = sorted(set(entry) - set(fields))
+        _must(not unknown, key, f"an object with keys among {', '.join(fields)}", unknown)
+        link = (_client_id(entry["from"], f"{key}.from"), _client_id(entry["to"], f"{key}.to"))
+        for name, (allowed, within) in LINK_VALUES.items():
+            if entry.get(name) is not None:
+                _set(links, link, name, _number(entry[name], f"{key}.{name}", allowed, within))
+
+
+def _set(
+    links: dict[Link, tuple[float | None, float | None]], link: Link, name: str, value: float
+) -> None:
+    latency, bandwidth = links.get(link, (None, None))
+    links[link] = (value, bandwidth) if name == "latency_s" else (latency, value)
+
+
+def _offline(data: dict[str, Any]) -> dict[int, list[tuple[float, float]]]:
+    offline = {}
+    for client, spans in _part(data, "availability", dict).items():
+        key = f"availability.{client}"
+        client_id = _client_key(client, key)
+        _must(isinstance(spans, list), key, f"a list of {SPAN}", spans)
+        checked = []
+        for i, span in enumerate(spans):
+            at = f"{key}[{i}]"
+            _must(isinstance(span, list) and len(span) == 2, at, SPAN, span)
+            start, end = (_number(t, at, SPAN) for t in span)
+            _must(0 <= start < end, at, SPAN, span)
+            checked.append((start, end))
+        offline[client_id] = sorted(checked)
+    return offline

@@ -75,6 +75,8 @@ def test_the_command_line_writes_the_trace(files, tmp_path):
     ]  # fmt: skip
     subprocess.run(command, check=True)
     assert sorted(json.loads(out.read_text())["compute"].values()) == [1.0, 2.0, 4.0]
+    config = config_from_dict({"clients": {"count": 3}, "heterogeneity": {"trace": str(out)}})
+    assert sorted(Heterogeneity(config.heterogeneity, 0, 3).factors) == [1.0, 2.0, 4.0]
 
 
 def test_a_pickle_that_is_not_plain_data_is_refused(tmp_path):

@@ -3,8 +3,12 @@ real client and coordinator cores in one process with short times."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
+import random
 import time
+import tracemalloc
 from concurrent.futures import Future
 
 import pytest
@@ -15,6 +19,7 @@ from ring_actors.delivery.payloads import Payload
 from ring_actors.heterogeneity.links import LinkedHandle
 from ring_actors.heterogeneity.model import Heterogeneity
 from ring_actors.heterogeneity.section import (
+    MAX_SPREAD,
     AvailabilitySection,
     ComputeSection,
     HeterogeneitySection,
@@ -70,13 +75,50 @@ def test_drawn_availability_is_seeded_and_offline_about_the_configured_share():
     )
     m = model(section)
     periods = m.offline_periods(1)
-    assert periods == model(section).offline_periods(1)
+    first = list(itertools.islice(periods, 100))
+    assert first == list(itertools.islice(model(section).offline_periods(1), 100))
     assert m.offline_periods(0) == []  # not listed: always online
     horizon = 50_000.0
-    off = sum(min(b, horizon) - a for a, b in periods if a < horizon)
+    off = sum(
+        min(b, horizon) - a for a, b in itertools.takewhile(lambda p: p[0] < horizon, periods)
+    )
     assert 0.15 < off / horizon < 0.25  # 10 / (40 + 10)
     start, end = periods[0]
     assert m.offline_until(1, start) == end and m.offline_until(1, start - 1e-3) is None
+    assert m.offline_until(1, end) is None and m.offline_until(1, periods[1][0]) == periods[1][1]
+
+
+def test_drawn_periods_are_the_seeded_stream_and_go_on_past_any_horizon():
+    availability = AvailabilitySection(mean_online_s=86_400.0, mean_offline_s=3_600.0)
+    periods = model(HeterogeneitySection(availability=availability), seed=7).offline_periods(2)
+    rng, t, expected = random.Random("7:availability:2"), 0.0, []
+    for _ in range(30):  # online ~Exp(a day), then offline ~Exp(an hour), one stream per client
+        start = t + rng.expovariate(1 / 86_400.0)
+        t = start + rng.expovariate(1 / 3_600.0)
+        expected.append((start, t))
+    assert [periods[i] for i in range(30)] == expected
+    assert periods[29][0] > 7 * 24 * 3600.0  # well past a week, as far as a run reaches
+    (start, end) = periods[29]
+    assert (
+        model(HeterogeneitySection(availability=availability), seed=7).offline_until(2, start)
+        == end
+    )  # an offline_until this far draws up to there, the same periods
+
+
+def test_short_drawn_periods_are_drawn_only_as_far_as_they_are_read():
+    availability = AvailabilitySection(mean_online_s=0.5, mean_offline_s=0.5)
+    tracemalloc.start()
+    try:
+        m = model(HeterogeneitySection(availability=availability), total=2)
+        for client in range(2):
+            periods = m.offline_periods(client)
+            assert periods[0] < periods[9]
+            back = m.offline_until(client, 60.0)  # reads on to the period around 60 s
+            assert back is None or back > 60.0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000  # about a hundred periods, not a week's worth per client
 
 
 @pytest.mark.parametrize(
@@ -86,6 +128,20 @@ def test_drawn_availability_is_seeded_and_offline_about_the_configured_share():
         ({"compute": {"factors": [1, 0.5]}}, "heterogeneity.compute.factors"),
         ({"links": {"bandwidth_bytes_s": 0}}, "heterogeneity.links.bandwidth_bytes_s"),
         ({"availability": {"mean_online_s": 5}}, "heterogeneity.availability.mean_offline_s"),
+        (
+            {"compute": {"distribution": "lognormal", "spread": 1000}},
+            "heterogeneity.compute.spread",
+        ),
+        ({"compute": {"spread": 3.5}}, "heterogeneity.compute.spread"),
+        ({"links": {"distribution": "lognormal", "spread": 1000}}, "heterogeneity.links.spread"),
+        (
+            {"availability": {"mean_online_s": 1e-320, "mean_offline_s": 1e-320}},
+            "heterogeneity.availability.mean_online_s",
+        ),
+        (
+            {"availability": {"mean_online_s": 5, "mean_offline_s": 0.001}},
+            "heterogeneity.availability.mean_offline_s",
+        ),
         ({"availability": {"clients": [8]}}, "heterogeneity.availability.clients"),
         ({"trace": "/no/such/trace.json"}, "heterogeneity.trace"),
         ({"speed": 2}, "heterogeneity.speed"),
@@ -99,8 +155,17 @@ def test_a_wrong_value_names_its_key_before_anything_starts(section, key):
 def test_a_trace_naming_an_unknown_client_is_refused(tmp_path):
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"availability": {"9": [[1, 2]]}}))
-    with pytest.raises(ConfigError, match=r"heterogeneity\.trace: must be client ids in \[0, 4\)"):
+    with pytest.raises(ConfigError, match=r"availability: must be client ids in \[0, 4\)"):
         config_from_dict({"clients": {"count": 4}, "heterogeneity": {"trace": str(trace)}})
+
+
+def test_the_widest_spreads_draw_finite_factors_and_links():
+    compute = ComputeSection(distribution="lognormal", spread=MAX_SPREAD)
+    links = LinksSection(1.0, 1e6, distribution="lognormal", spread=MAX_SPREAD)
+    m = model(HeterogeneitySection(compute=compute, links=links), total=200)
+    assert all(math.isfinite(f) and f >= 1 for f in m.factors) and min(m.factors) == 1.0
+    drawn = [m.link(a, b) for a in range(200) for b in range(200) if a != b]
+    assert all(0 < lat < math.inf and bw is not None and 0 < bw < math.inf for lat, bw in drawn)
 
 
 class Recorder:
@@ -286,3 +351,18 @@ def test_a_wall_time_wait_bound_unpaces_the_ring_from_its_straggler(tmp_path):
     # sync: a client d hops downstream of the straggler gets at most d rounds ahead of it
     assert max(paced[1:]) <= paced[0] + 3, paced
     assert min(free[1:]) > 2 * max(paced[1:]), (paced, free)  # bounded wait: the rest run on
+
+
+@pytest.mark.slow
+def test_drawn_off_periods_are_applied_on_the_run_clock_as_drawn(tmp_path):
+    availability = {"mean_online_s": 0.5, "mean_offline_s": 0.5, "clients": [1]}
+    run = budgeted(tmp_path, {"availability": availability}, 3.0, schedule={"mode": "async"})
+    run.run(timeout_s=60)
+    offline = events(run, "offline")
+    assert offline and {e["client"] for e in offline} == {1}
+    drawn = run.clients[1].core.hetero.offline_periods(1)
+    expected = model(run.config.heterogeneity, total=4).offline_periods(1)
+    assert [drawn[i] for i in range(5)] == [expected[i] for i in range(5)]
+    started = list(itertools.takewhile(lambda p: p[0] < 3.0, expected))
+    assert len(offline) <= len(started)  # one event at most per period begun in the budget
+    assert all(e["duration_s"] <= max(end - start for start, end in started) for e in offline)
