@@ -118,3 +118,24 @@ def config_from_overrides(base: Mapping[str, Any], overrides: Sequence[str] = ()
     from ring_actors.config import apply_overrides, config_from_dict
 
     return config_from_dict(apply_overrides(dict(base), overrides))
+
+
+def reaped_cpu_s(pid: int | str) -> float:
+    """CPU seconds of the children a process has waited for, theirs included (``cutime`` +
+    ``cstime``): where the time of a process that exited is counted; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+
+
+def tree_cpu_s(root: int | None = None) -> float:
+    """CPU seconds used so far by ``root`` (this process) and every process below it, those
+    that exited and were waited for included: the difference of two readings is what a run
+    in between cost, Ray's processes and actors with it."""
+    table = process_table()
+    tree = descendants(os.getpid() if root is None else root, table)
+    return sum(table[pid].cpu_s + reaped_cpu_s(pid) for pid in tree)

@@ -30,7 +30,7 @@ def tell(summary: dict[str, Any]) -> str:
             if client in bypassed and event.get("latency_s") is not None:
                 line += f"; bypassed {event['latency_s']:.1f} s after its last sign of life"
             heal = next((h for h in healed if h["time_s"] >= event["time_s"]), None)
-            if heal is not None and heal.get("latency_s") is not None:
+            if heal is not None and heal.get("latency_s") is not None and summary["ring_order"]:
                 line += (
                     f"; ring healed {heal['latency_s']:.1f} s later "
                     "(every survivor past the bypass)"

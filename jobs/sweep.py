@@ -25,6 +25,7 @@ import yaml
 from jobs.train import DEFAULT_CONFIG
 from ring_actors.config import Config, ConfigError, load_config
 from ring_actors.coordinator.tracking import create_sqlite_store, resolve_tracking_uri
+from ring_actors.preflight.output_folder import finished_summary
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.redact import public_config, redact_uri
 from ring_actors.storage.run_folder import RunFolder
@@ -95,17 +96,10 @@ def check_existing(point: Point) -> None:
 
 
 def finished(point: Point) -> bool:
-    """True when the point's directory holds a run that ended: all its rounds, or stopped
-    (by the watchdog or an error); an interrupted run is not finished."""
-    path = RunFolder(point.output_dir).summary
-    if not path.is_file():
-        return False
-    try:
-        summary = json.loads(path.read_text())
-    except ValueError:  # torn by a kill mid-write (an older version wrote in place): run again
-        return False
-    complete = summary.get("rounds_completed", 0) >= point.config.experiment.rounds
-    return not summary.get("partial", True) and (complete or bool(summary.get("stopped")))
+    """True when the point's directory holds a run that ended: all its rounds, its time
+    budget, or stopped (by the watchdog or an error); an interrupted run is not finished,
+    nor is one whose summary is torn (a kill mid-write by an older version): run again."""
+    return finished_summary(point.output_dir, point.config.experiment.rounds) is not None
 
 
 def parent_run(points: list[Point], sweep_dir: Path) -> str:

@@ -108,6 +108,17 @@ def _against_local(summary: dict[str, Any], path: Path) -> list[str]:
     return lines
 
 
+def traffic(summary: dict[str, Any]) -> str:
+    """The bytes a hop carried, over the hops counted: a client counts its hops when it
+    finishes its rounds, so with none finished, what each client's reported rounds sent."""
+    if summary["hops"]:
+        return f"{summary['bytes_per_hop'] / 1e6:.3f} MB per hop"
+    return (
+        f"{summary['mb_per_round_per_client']:.3f} MB sent per client-round "
+        "(no client finished its rounds to count its hops)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list:
@@ -171,8 +182,8 @@ def _train(config: Config, args: argparse.Namespace) -> int:
     print(tell(summary))
     events = summary["events"]
     print(
-        f"{summary['algorithm']} on {summary['dataset']}: {summary['rounds_completed']} rounds, "
-        f"{summary['wall_s']:.1f} s, {summary['bytes_per_hop'] / 1e6:.3f} MB per hop, "
+        f"{summary['algorithm']} on {summary['dataset']}: {summary['rounds_completed']} of "
+        f"{config.experiment.rounds} rounds, {summary['wall_s']:.1f} s, {traffic(summary)}, "
         f"lost payloads {events['lost_payloads']}"
     )
     print(f"outputs: {summary['output_dir']}")

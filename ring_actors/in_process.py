@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ from ring_actors.data.sources import load_dataset
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.transport import ClientHandle, PeerGone
 from ring_actors.delivery.view import View
-from ring_actors.faults.driver_side import driver_faults_due
+from ring_actors.faults.driver_side import AppliedFaults, carry_out
 from ring_actors.storage.run_folder import RunFolder
 
 T = TypeVar("T")
@@ -132,12 +132,16 @@ class InProcessRing:
         for client_id, own in enumerate(data):
             device = own.train.x.device
             algorithm = build_algorithm(config, client_id, num_classes, input_shape, device)
-            client = LocalClient(ClientCore(client_id, config, algorithm, own, self.coordinator))
+            core = ClientCore(
+                client_id, config, algorithm, own, self.coordinator, run_clock=self._run_clock
+            )
+            client = LocalClient(core)
             client.core.faults = client
             self.clients[client_id] = client
         for client_id in range(config.clients.count):
             self.coordinator.register(client_id, self.handle(client_id), "local")
         self.admitted = set(range(config.clients.count))
+        self.faults_applied = AppliedFaults(RunFolder(output_dir).driver_faults)
         self.stopping = threading.Event()
         self.loop = threading.Thread(target=self._reconcile, daemon=True)
 
@@ -153,6 +157,12 @@ class InProcessRing:
         data = [client_data(dataset, split, global_test, cpu) for split in splits]
         return cls(config, data, dataset.num_classes, dataset.input_shape, output_dir)
 
+    def _run_clock(self) -> Future[float]:
+        """The coordinator's answer to a client asking how far the run is."""
+        answer: Future[float] = Future()
+        answer.set_result(self.coordinator.run_elapsed_s())
+        return answer
+
     def handle(self, client_id: int) -> LocalHandle:
         return LocalHandle(self.clients[client_id])
 
@@ -162,11 +172,18 @@ class InProcessRing:
 
     def join(self, count: int, first_round: int | None = None) -> list[int]:
         """Splice ``count`` standby clients into the running ring."""
-        ids = [c for c in self.clients if c not in self.admitted][:count]
-        for client_id in ids:
+        ids = self.standby(count)
+        self.admit(ids, first_round)
+        return ids
+
+    def standby(self, count: int) -> list[int]:
+        """Up to ``count`` clients not in the run yet."""
+        return [c for c in self.clients if c not in self.admitted][:count]
+
+    def admit(self, clients: Sequence[int], first_round: int | None = None) -> None:
+        for client_id in clients:
             self.admitted.add(client_id)
             self.coordinator.admit(client_id, self.handle(client_id), "local", first_round)
-        return ids
 
     def kill(self, client_id: int) -> None:
         """The client's process dies now."""
@@ -176,13 +193,9 @@ class InProcessRing:
         """Until every live member is done or the run stopped, carrying out the fault
         plan's joins as they fall due; the coordinator's progress."""
         deadline = time.monotonic() + timeout_s
-        applied: set[int] = set()
         while time.monotonic() < deadline:
             state = self.coordinator.progress()
-            plan = self.config.faults
-            for index in driver_faults_due(plan, state.round, state.newest, applied):
-                applied.add(index)
-                self.join(plan[index].join, first_round=plan[index].at_round)
+            carry_out(self, self.config.faults, state.round, state.newest, self.faults_applied)
             if state.finished or state.stopped:
                 return state
             time.sleep(0.02)

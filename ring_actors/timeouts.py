@@ -41,6 +41,9 @@ class Timeouts:
     reconcile_s: float  # the coordinator's reconcile loop sleeps this long between passes
     slot_lease_s: float  # a slot not renewed this long goes back to its pool
     control_s: float  # the driver's call to the coordinator, answered under its lock
+    # A client's call that waits for the coordinator's answer (leave, come back, rejoin, the
+    # run's clock): a coordinator being restarted must not hold a client for good.
+    client_control_s: float
     coordinator_back_s: float  # a coordinator unanswering this long is gone: the run ends
     finalize_s: float  # the driver's wait for the outputs, the tracker's close included
 
@@ -69,6 +72,7 @@ class Timeouts:
             reconcile_s=min(RECONCILE_CAP_S, schedule.heartbeat_s),
             slot_lease_s=SLOT_LEASE_S,
             control_s=2 * hop_s,
+            client_control_s=2 * hop_s,
             coordinator_back_s=10 * hop_s,
             finalize_s=2 * hop_s
             + LOOP_JOIN_S

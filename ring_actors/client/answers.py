@@ -11,6 +11,7 @@ from ring_actors.client.ring_lap import LapResult, is_lap
 from ring_actors.client.slot_release import idle_facts
 from ring_actors.client.state import ClientState
 from ring_actors.delivery.event_kinds import EventKind
+from ring_actors.delivery.outbox import NotKept
 from ring_actors.delivery.payload_checks import (
     check_known_tensors,
     check_tensors,
@@ -32,6 +33,8 @@ class PeerAnswers(ClientState):
 
         True acknowledges the delivery (a duplicate re-send is acknowledged but not queued
         twice); False means rejected: malformed, non-finite, or from a bypassed member.
+        :class:`NotKept` is raised for a push its spool could not save: the sender sends it
+        again.
         """
         try:
             if isinstance(payload, WirePayload):  # from another process: its tensors as bytes
@@ -53,6 +56,9 @@ class PeerAnswers(ClientState):
             return self._accept(payload)
         except PayloadError as err:
             return self._reject(str(err))
+        except NotKept as err:
+            log.warning("client %d could not keep a payload: %s", self.id, err.reason)
+            raise
         except Exception as err:  # noqa: BLE001 - one bad payload never harms the receiver
             log.exception("client %d could not take a payload", self.id)
             return self._reject(f"could not be taken: {err!r}")
@@ -71,7 +77,10 @@ class PeerAnswers(ClientState):
             # Saved before it is queued: a push the spool cannot keep is refused whole (the
             # sender sends it again), never merged unsaved nor acknowledged and forgotten.
             if self.spool and payload.channel == Channel.SHARE and not self.inbox.has(payload):
-                self.spool.keep(payload)
+                try:
+                    self.spool.keep(payload)
+                except OSError as err:  # a full disk, say: it may have room on the next try
+                    raise NotKept(f"client {self.id} could not save it: {err}") from err
             self.inbox.put(payload)
         return True
 

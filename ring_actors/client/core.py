@@ -15,12 +15,14 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ring_actors.algorithms import Algorithm
 from ring_actors.client.answers import PeerAnswers
+from ring_actors.client.availability import Availability
 from ring_actors.client.checkpoint import Checkpointing
 from ring_actors.client.exchange import Exchange, NonFiniteError
 from ring_actors.client.isolation_and_noise import ExchangeControl
@@ -51,7 +53,7 @@ from ring_actors.delivery.payloads import (
     detach_to_cpu,
 )
 from ring_actors.delivery.spool import Spool
-from ring_actors.delivery.transport import ClientHandle, ControlLink, PeerGone
+from ring_actors.delivery.transport import ClientHandle, ControlLink, PeerGone, Pending
 from ring_actors.delivery.view import View
 from ring_actors.faults.client_side import FaultActions, slow_delay, strike
 from ring_actors.heterogeneity.model import Heterogeneity
@@ -63,13 +65,14 @@ log = logging.getLogger(__name__)
 KEEP_ROUNDS = 3  # rounds of inbox history and lap results kept: older ones never matter
 
 
-class ClientCore(Exchange, PeerAnswers, Checkpointing):
+class ClientCore(Exchange, PeerAnswers, Checkpointing, Availability):
     """Private data and model, a ``receive`` that only enqueues, and a round loop.
 
     ``receive``, ``serve``, ``ping`` and ``set_view`` are called from the transport's
     threads while ``run`` trains on its own thread, so they answer at once even
     mid-training. Every exchange (pushes, offers and pulls, ring laps, hand-offs) is a
     Payload on one channel or another, sent through one acknowledged outbox.
+    ``run_clock`` asks the coordinator how far the run is (``client/availability.py``).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         slots: SlotHolder | None = None,
         faults: FaultActions | None = None,
         checkpoint_path: Path | None = None,
+        run_clock: Callable[[], Pending[float]] | None = None,
     ) -> None:
         self.id = client_id
         self.config = config
@@ -89,6 +93,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         self.device = algorithm.device
         self.data = data
         self.control = control
+        self.run_clock = run_clock
         offload = offloads(config.clients.offload_idle, self.device)
         self.slots = IdleRelease(
             slots or Ungated(),
@@ -125,7 +130,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         self.lock = threading.Lock()
         self.view = View(epoch=0, members=(), first_rounds=())
         self.handles: dict[int, ClientHandle] = {}
-        self.outbox = Outbox(self.timeouts, self._report_unreachable, self._report_failure)
+        self.outbox = Outbox(self.timeouts, self._report_unreachable, self.event)
         self.laps = RingLaps(self, self.timeouts)
         self.published: dict[int, dict[str, torch.Tensor]] = {}
         self.last_push: Payload | None = None
@@ -146,7 +151,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         self.hetero = Heterogeneity(
             config.heterogeneity, config.experiment.seed, config.total_clients
         )
-        self.started_at = time.monotonic()  # the clock of availability, budget and marks
+        self.run_started_at = time.monotonic()  # the loop takes the run's clock as it begins
+        self.next_period = 0
         self.next_mark_s = config.eval.every_s or math.inf
         self.gather_wait_s = 0.0
         self.slots.release()  # what building the method cached is not kept while waiting
@@ -170,7 +176,6 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
             self._start_thread(self.completed + 1, joining=False)
 
     def _start_thread(self, first_round: int, joining: bool) -> None:
-        self.started_at = time.monotonic()
         self.thread = threading.Thread(
             target=self.run, args=(first_round, joining), name=f"client-{self.id}", daemon=True
         )
@@ -207,6 +212,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
     def run(self, first_round: int, joining: bool) -> None:
         """Every round from ``first_round`` on; a failure is reported, never swallowed."""
         try:
+            self._take_run_clock()
             self._await_first_view()
             if joining:
                 with self.slots.resident():
@@ -214,7 +220,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
                 self._initialise_from_hand_off()
             round_ = first_round
             while round_ < self.config.experiment.rounds and self._time_left() > 0:
-                round_ = self._offline_if_due(round_)
+                round_ = self._away_if_due(round_)
                 self.round = round_
                 if not self.run_round(round_):
                     break  # the time budget ran out while it waited
@@ -222,6 +228,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
                 self.laps.forget_before(round_ - KEEP_ROUNDS)
                 self.inbox.forget_before(round_ - KEEP_ROUNDS, Channel.SHARE)
                 round_ += 1
+            self._rounds_over()
             lost = self.outbox.drain(self.timeouts.drain_s)
             if lost:
                 self.event(
@@ -306,7 +313,8 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         non_finite = sorted(k for k, v in metrics.items() if not _finite(v))
         for name in self.exchange_control.laps(self.algorithm.laps(round_)):
             with self.slots.resident():
-                contribution = detach_to_cpu(self.algorithm.contribute(name, round_))
+                made = self.algorithm.contribute(name, round_)
+                contribution = {k: v.detach() for k, v in made.items()}  # chunks add there
             if not all_finite(contribution):  # refused at the source: the others' lap goes on
                 self.event(EventKind.NON_FINITE_CONTRIBUTION, round_, f"lap {name!r}")
                 non_finite.append(f"lap {name}")
@@ -357,39 +365,18 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
         self.control.report_round(self.id, round_, metrics)
         return True
 
-    def _time_left(self) -> float:
-        """Seconds of the run's time budget left to this client (inf without a budget)."""
-        budget = self.config.experiment.time_budget_s
-        return math.inf if budget is None else budget - (time.monotonic() - self.started_at)
-
     def _evaluates(self, round_: int) -> bool:
         """Every ``eval.every`` rounds, each of the last ``eval.last_rounds`` rounds, and the
         first round past each ``eval.every_s`` wall-clock mark."""
         every, end = self.config.eval.every, self.config.experiment.rounds
         final = round_ >= end - self.config.eval.last_rounds
         due = round_ % every == every - 1 or final or self._time_left() <= 0
-        elapsed = time.monotonic() - self.started_at
+        elapsed = self._run_s()
         if elapsed >= self.next_mark_s:
             every_s = self.config.eval.every_s or math.inf
             self.next_mark_s = (math.floor(elapsed / every_s) + 1) * every_s
             due = True
         return due
-
-    def _offline_if_due(self, round_: int) -> int:
-        """If the availability model has this client offline now, leave the ring, wait
-        until it is back (the model, data and pending sends stay here), and rejoin. The
-        round to run next: the ring may have moved on while this client was away."""
-        back_s = self.hetero.offline_until(self.id, time.monotonic() - self.started_at)
-        if back_s is None:
-            return round_
-        off_s = min(back_s - (time.monotonic() - self.started_at), max(0.0, self._time_left()))
-        self.control.leave(self.id, self.completed, off_s)
-        time.sleep(max(0.0, off_s))
-        back = self.control.come_back(self.id, self.completed)
-        if back is None:  # nobody left to rejoin: go on alone
-            return round_
-        self.set_view(back.view, back.handles)
-        return max(round_, back.first_round)
 
     def _on_link(self, payload: Payload, target: int, delay_s: float) -> None:
         """A hop that a slow link holds back, for the run's events."""
@@ -401,9 +388,6 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing):
 
     def _report_unreachable(self, target: int) -> None:
         self.control.report_unreachable(self.id, target, self.current_view.epoch)
-
-    def _report_failure(self, target: int, error: str) -> None:
-        self.event(EventKind.DELIVERY_FAILED, self.round, f"client {target} raised {error}")
 
 
 def peak_rss_mb() -> float:

@@ -2,6 +2,9 @@
 second lap hands the total to everyone. Exact over whoever contributed, and it survives
 failures: unacknowledged hops are re-routed by the outbox, a lost token is restarted by the
 lap's leader, and a client that missed the result fetches it from the leader.
+
+A lap whose bytes dominate goes in chunks instead, as a ring all-reduce
+(``chunked_lap.py``); results, restarts, fetches and checkpoints are the same for both.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Protocol
 
 import torch
 
+from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES, ChunkedLap, chunk_of, is_chunk
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.payloads import LAP_CHANNELS, Channel, LapHeader, Payload
@@ -34,25 +38,38 @@ def mismatch(total: dict[str, torch.Tensor], contribution: dict[str, torch.Tenso
 
 
 def accumulate(total: dict[str, torch.Tensor], contribution: dict[str, torch.Tensor]) -> None:
-    """Add ``contribution`` into ``total`` in place; a key not yet in ``total`` is inserted.
-
-    Summing is what makes the lap exact (weights count only what was added); inserting makes
-    the same token an all-gather when contributors use disjoint keys.
-    """
+    """Add ``contribution`` into ``total``'s tensors in place, on their device (a key not yet
+    in ``total`` is inserted, copied to host memory, where a token travels from), or change
+    nothing if it does not fit. Summing is what makes the lap exact (weights count only what
+    was added); inserting makes the same token an all-gather when contributors use disjoint
+    keys."""
+    wrong = mismatch(total, contribution)
+    if wrong is not None:
+        raise ValueError(f"lap contribution does not fit the total: {wrong}")
     for key, value in contribution.items():
-        value = value.detach().to("cpu")
-        if key in total:
-            if (total[key].shape, total[key].dtype) != (value.shape, value.dtype):
-                raise ValueError(f"lap key {key!r}: {mismatch(total, contribution)}")
-            total[key] = total[key] + value
+        held, value = total.get(key), value.detach()
+        if held is None:
+            total[key] = value.to("cpu", copy=True)
+        elif held.is_contiguous() and not held.requires_grad:  # no element shares memory
+            held.add_(value.to(held.device))
         else:
-            total[key] = value.clone()
+            total[key] = held + value.to(held.device)
 
 
 def lap_checksum(total: dict[str, torch.Tensor]) -> float:
     """One number that differs when two members applied different totals; linear, so a
-    total's is the sum of its contributions'."""
-    return float(sum(float(t.double().sum()) for t in total.values()))
+    total's is the sum of its contributions'. Summed with no copy, in each tensor's own type
+    (half types in float32, integers in int64), in float64 only past that type's range."""
+
+    def summed(t: torch.Tensor) -> float:
+        if t.is_floating_point():
+            value = float(t.sum(dtype=torch.float32 if t.element_size() < 4 else t.dtype))
+            return value if abs(value) < float("inf") else float(t.sum(dtype=torch.float64))
+        bounded = t.dtype == torch.bool or t.numel() == 0
+        fits = bounded or max(abs(int(v)) for v in torch.aminmax(t)) * t.numel() < 2**63
+        return float(t.sum(dtype=torch.int64 if fits else torch.float64))
+
+    return float(sum(summed(t) for t in total.values()))
 
 
 def is_lap(payload: Payload) -> bool:
@@ -96,6 +113,11 @@ class RingLaps:
         self.host = host
         self.timeouts = timeouts
         self.results: dict[tuple[str, int], LapResult] = {}
+        # Where each result came from, (leader, epoch, chunked attempt or -1 for a token),
+        # and the chunked attempts answered with it (once each: ``_on_chunk``).
+        self.finished_by: dict[tuple[str, int], tuple[int, int, int]] = {}
+        self.answered: set[tuple[str, int, int, int, int]] = set()
+        self.chunk_min_bytes = CHUNK_MIN_BYTES  # a lap with less to add goes as one token
         self.lock = threading.Lock()
 
     def result(self, name: str, round_: int) -> LapResult | None:
@@ -115,14 +137,16 @@ class RingLaps:
         header, view = token.lap, self.host.current_view
         assert header is not None  # validated on receipt
         key = (header.name, token.round)
+        if is_chunk(token):
+            return self._on_chunk(token, runs_round)
         if token.channel == Channel.LAP_RESULT:
             if not self._from_leader(header, view, token.round):
                 self.host.event(
                     EventKind.LAP_RESULT_REFUSED, token.round, f"leader {header.leader}"
                 )
                 return True
-            with self.lock:
-                kept = self.results.setdefault(key, LapResult(token.tensors, header.contributors))
+            result = LapResult(token.tensors, header.contributors)
+            kept = self._keep(key, result, (header.leader, header.epoch, -1))
             # What goes on is what this member keeps: one total per round along the ring.
             self._forward(token, kept.total, kept.contributors)
             return True
@@ -142,6 +166,28 @@ class RingLaps:
             return True
         return False
 
+    def _on_chunk(self, chunk: Payload, runs_round: bool) -> bool:
+        """A chunk this client answers with its total, or drops as dead; False queues it.
+
+        A client holding the total takes part in no other attempt, so one that needs it
+        could not finish: the total goes round instead, once per such attempt (not for the
+        attempt it finished, nor for its epoch's if that lap went as one token, whose total
+        goes round anyway).
+        """
+        header, key = chunk.lap, (chunk.lap.name, chunk.round)
+        done = self.result(*key)
+        if done is None:
+            return header.epoch < self.host.current_view.epoch or not runs_round
+        attempt = (header.leader, header.epoch, header.attempt)
+        with self.lock:
+            held = self.finished_by.get(key)
+            covered = held is not None and held[:2] == attempt[:2] and held[2] in (-1, attempt[2])
+            fresh = not covered and (*key, *attempt) not in self.answered
+            self.answered.add((*key, *attempt))
+        if fresh:
+            self._start_result(header.name, chunk.round, done, leader=header.leader)
+        return True
+
     @staticmethod
     def _from_leader(header: LapHeader, view: View, round_: int) -> bool:
         """A result is taken only from its round's leader (in its epoch's view, if ours;
@@ -156,11 +202,17 @@ class RingLaps:
     def run(
         self, name: str, round_: int, contribution: dict[str, torch.Tensor]
     ) -> LapResult | None:
-        """Take part in lap ``name`` of ``round_``; None only if it could not finish."""
+        """Take part in lap ``name`` of ``round_``; None only if it could not finish.
+
+        The lap goes in chunks when its leader's contribution has ``chunk_min_bytes`` or
+        more and three members or more run the round, as one token otherwise.
+        """
         host, key = self.host, (name, round_)
         started = time.monotonic()
         deadline = started + self.timeouts.lap_give_up_s
-        mine: set[int] = set()  # attempts this client started as leader
+        chunks = ChunkedLap(host, name, round_, contribution, self.chunk_min_bytes)
+        mine: set[int] = set()  # token attempts this client started as leader
+        led = 0  # attempts of either kind this client started as leader
         attempt_at, attempt_epoch = 0.0, -1
         last_progress = started
         while True:
@@ -173,17 +225,23 @@ class RingLaps:
                 with self.lock:
                     self.results.pop(key, None)
             view, now = host.current_view, time.monotonic()
-            if lap_leader(view, round_) == host.id:
+            leader = lap_leader(view, round_)
+            if chunks.wanted(view):
+                retry = now - attempt_at > self.timeouts.lap_retry_s
+                if chunks.start_due(view, leader, retry, restart=bool(led)):
+                    attempt_at, led = now, led + (leader == host.id)
+            elif leader == host.id:
                 stale = attempt_epoch != view.epoch  # one attempt per membership epoch
                 if not mine or stale or now - attempt_at > self.timeouts.lap_retry_s:
                     if view.successor(host.id) is None:  # alone: the total is ours
                         return self._finish(name, round_, contribution, (host.id,))
                     attempt = max(mine, default=-1) + 1
-                    if attempt > 0:
+                    if led:
                         host.event(
                             EventKind.LAP_RESTARTED, round_, f"lap {name!r}, attempt {attempt}"
                         )
                     mine.add(attempt)
+                    led += 1
                     attempt_at, attempt_epoch = now, view.epoch
                     token: dict[str, torch.Tensor] = {}
                     accumulate(token, contribution)
@@ -196,6 +254,11 @@ class RingLaps:
                         contributors=(host.id,) if contribution else (),
                     )
                     self._send_on(Channel.LAP, round_, header, token)
+            for chunk in host.inbox.pop(lambda p, e=view.epoch: chunk_of(p, name, round_, e)):
+                finished = chunks.take(chunk, view, leader)
+                last_progress = time.monotonic()
+                if finished is not None:
+                    return self._keep(key, LapResult(*finished), chunks.origin())
             for token in host.inbox.pop(lambda p: _token_of(p, name, round_)):
                 header = token.lap
                 wrong = mismatch(token.tensors, contribution)
@@ -216,7 +279,6 @@ class RingLaps:
                     contrib = (*contrib, host.id)
                 self._forward(token, total, contrib)
                 last_progress = time.monotonic()
-            leader = lap_leader(view, round_)
             waited = time.monotonic() - last_progress
             if leader not in (None, host.id) and waited > self.timeouts.hop_s:
                 last_progress = time.monotonic()
@@ -236,12 +298,23 @@ class RingLaps:
             host.inbox.wait(
                 lambda epoch=view.epoch: (
                     self.result(name, round_) is not None
+                    or bool(host.inbox.peek(lambda p: chunk_of(p, name, round_, epoch)))
                     or bool(host.inbox.peek(lambda p: _token_of(p, name, round_)))
                     or host.current_view.epoch != epoch  # a new leader starts at once
                 ),
                 0.25,
                 host.tick,
             )
+
+    def _keep(
+        self, key: tuple[str, int], result: LapResult, origin: tuple[int, int, int]
+    ) -> LapResult:
+        """Keep ``result`` from ``origin`` unless a total came first: the one kept goes on."""
+        with self.lock:
+            kept = self.results.setdefault(key, result)
+            if kept is result:
+                self.finished_by[key] = origin
+        return kept
 
     def kept(self) -> dict[tuple[str, int], LapResult]:
         """Every result still held: a checkpoint keeps them, for the members a round behind
@@ -258,6 +331,8 @@ class RingLaps:
         with self.lock:
             for key in [k for k in self.results if k[1] < round_]:
                 del self.results[key]
+                self.finished_by.pop(key, None)
+            self.answered = {a for a in self.answered if a[1] >= round_}
 
     # ---- sending ------------------------------------------------------------------------
 
@@ -266,8 +341,7 @@ class RingLaps:
     ) -> LapResult:
         """The leader's token came back: keep the total and hand it round the ring."""
         result = LapResult(dict(total), tuple(contributors))
-        with self.lock:
-            self.results.setdefault((name, round_), result)
+        self._keep((name, round_), result, (self.host.id, self.host.current_view.epoch, -1))
         self._start_result(name, round_, result, leader=self.host.id)
         return result
 
@@ -313,4 +387,5 @@ def _token_of(payload: Payload, name: str, round_: int) -> bool:
         and payload.lap is not None
         and payload.lap.name == name
         and payload.round == round_
+        and not is_chunk(payload)
     )

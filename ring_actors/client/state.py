@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # names only: the spool imports the checkpoint, which builds 
     from ring_actors.delivery.payload_checks import Bounds, TensorSpec
     from ring_actors.delivery.payloads import Payload
     from ring_actors.delivery.spool import Spool
-    from ring_actors.delivery.transport import ClientHandle, ControlLink
+    from ring_actors.delivery.transport import ClientHandle, ControlLink, Pending
     from ring_actors.delivery.view import View
     from ring_actors.heterogeneity.model import Heterogeneity
     from ring_actors.timeouts import Timeouts
@@ -62,6 +62,9 @@ class ClientState:
     spool_lock: threading.Lock
     checkpoint_path: Path | None
     control: ControlLink
+    run_clock: Callable[[], Pending[float]] | None  # asks the coordinator the run's seconds
+    run_started_at: float  # this process's monotonic time when the run began
+    next_period: int  # the first off period not yet applied or recorded
     hetero: Heterogeneity  # slow links wrap the handles peers are reached through
     _on_link: Callable[[Payload, int, float], None]
     timeouts: Timeouts

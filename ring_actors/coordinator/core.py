@@ -20,20 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from ring_actors.config import Config
+from ring_actors.coordinator.availability import Availability
 from ring_actors.coordinator.health import Health
 from ring_actors.coordinator.history import HistoryLog
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.outputs import RunOutputs
 from ring_actors.coordinator.pace import Pace
-from ring_actors.coordinator.progress import Progress
+from ring_actors.coordinator.progress import Progress, snapshot
 from ring_actors.coordinator.recovery import Recovery
 from ring_actors.coordinator.results import Results
 from ring_actors.coordinator.tracking import Tracker
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.transport import (
-    ClientHandle,
-    Readmission,
-)
+from ring_actors.delivery.transport import ClientHandle
 from ring_actors.heterogeneity.model import Heterogeneity
 from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import Timeouts
@@ -41,7 +39,7 @@ from ring_actors.timeouts import Timeouts
 log = logging.getLogger(__name__)
 
 
-class CoordinatorCore(Recovery, RunOutputs):
+class CoordinatorCore(Availability, Recovery, RunOutputs):
     """One writer of membership and results; ``reconcile`` is one non-blocking pass."""
 
     def __init__(
@@ -156,38 +154,6 @@ class CoordinatorCore(Recovery, RunOutputs):
             handle.start(first_round, True)
             return after
 
-    def rejoin(
-        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
-    ) -> Readmission | None:
-        """A crashed client that was restarted is spliced in again; it starts itself from
-        the answer. With a checkpoint it resumes its private state; without one it starts
-        as a newcomer from its predecessor's hand-off. None when nobody is left to join.
-        """
-        with self.lock:
-            if self.table.is_live(client_id):  # back before the probes noticed it was gone
-                self._mark_dead(client_id, EventKind.CRASH, "restarted")
-            self.health.forget(client_id)
-            live = self.table.live
-            if not live:
-                return None
-            after = random.Random(self.table.epoch).choice(live)
-            first_round = self._entry_round()
-            self.handles[client_id] = handle
-            self.table.members[client_id].node_id = node_id
-            self.table.revive(client_id, after, first_round)
-            self.health.heard(client_id)
-            how = (
-                "as a new client" if checkpoint_round is None else f"from round {checkpoint_round}"
-            )
-            self._event(EventKind.REJOIN, client_id, first_round, f"after {after}, {how}")
-            self.checkpoint(force=True)
-            self._broadcast()
-            if checkpoint_round is None:
-                self._hand_off(after, client_id, handle)
-            view = self.table.view()
-            handles = {c: self.handles[c] for c in view.members}
-            return Readmission(first_round, checkpoint_round is None, view, handles)
-
     def _hand_off(self, after: int, client_id: int, handle: ClientHandle) -> None:
         """Ask ``after`` to hand the newcomer its state, unless newcomers start fresh."""
         if self.config.clients.join_start == "hand_off":
@@ -204,12 +170,7 @@ class CoordinatorCore(Recovery, RunOutputs):
         n + 2 is safe: its lap needs every member to finish n + 1 first, and the new view
         reaches them long before.
         """
-        return max(wanted or 0, self._newest_trained() + 2)
-
-    def _newest_trained(self) -> int:
-        """The furthest round any member has finished training; -1 before any has."""
-        members = self.table.members.values()
-        return max((m.last_round for m in members if m.rounds_trained > 0), default=-1)
+        return max(wanted or 0, self.table.newest_trained + 2)
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         with self.lock:
@@ -228,23 +189,6 @@ class CoordinatorCore(Recovery, RunOutputs):
     ) -> None:
         with self.lock:
             self._event(kind, client_id, round_, detail, **measured)
-
-    def leave(self, client_id: int, round_: int, off_s: float) -> None:
-        """A client goes offline: bypassed at once, not probed; it comes back itself."""
-        with self.lock:
-            if client_id not in self.table.members:
-                return
-            self._event(
-                EventKind.OFFLINE, client_id, round_, f"for {off_s:.2f} s", duration_s=off_s
-            )
-            self._mark_dead(client_id, EventKind.LEAVE, "offline")
-
-    def come_back(self, client_id: int, round_: int) -> Readmission | None:
-        """A client back from offline, with its state: spliced in as a restarted one is."""
-        with self.lock:
-            handle = self.handles[client_id]
-            node_id = self.table.members[client_id].node_id
-        return self.rejoin(client_id, handle, node_id, round_)
 
     def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
         """A sender got no acknowledgement; the loop probes ``target`` before bypassing it."""
@@ -285,29 +229,8 @@ class CoordinatorCore(Recovery, RunOutputs):
 
     def progress(self) -> Progress:
         with self.lock:
-            live = self.table.live
-            members = self.table.members
-            rounds = [members[c].last_round + 1 for c in live]
-            trained = {c: m.rounds_trained for c, m in members.items()}
-            planned = sum(
-                self.config.experiment.rounds - members[c].first_round if c in live else done
-                for c, done in trained.items()
-            )
-            return Progress(
-                round=min(rounds, default=0),
-                newest=self._newest_trained(),
-                epoch=self.table.epoch,
-                live=len(live),
-                done=sum(1 for c in live if c in self.results.done),
-                # Rounds trained, departed members' included, and the rounds the run will
-                # have trained when the members live now finish: a joiner adds only its own.
-                rounds_done=sum(trained.values()),
-                rounds_planned=planned,
-                finished=bool(live) and all(c in self.results.done for c in live),
-                stopped=self.stop_reason,
-                errors=list(self.results.errors),
-                latest=self.results.latest_means(),
-            )
+            rounds = self.config.experiment.rounds
+            return snapshot(self.table, self.results, rounds, self.stop_reason)
 
     def ring_order(self) -> list[int]:
         with self.lock:
@@ -321,6 +244,7 @@ class CoordinatorCore(Recovery, RunOutputs):
             self._settle_probes,
             self._start_probes,
             self._watch_rounds,
+            self._watch_availability,
             self._watch_pace,
             self._reconcile_views,
             self._settle_heals,
@@ -380,7 +304,7 @@ class CoordinatorCore(Recovery, RunOutputs):
             round_ = self.table.members[client_id].last_round
             self._event(kind, client_id, round_, detail, own_s=own_s, ring_s=ring_s)
         speeds = self.table.speeds
-        block = max(0, self._newest_trained()) // self.config.topology.resample_every
+        block = max(0, self.table.newest_trained) // self.config.topology.resample_every
         if self.config.topology.similarity > 0 and block != self.speeds_block:
             speeds, self.speeds_block = self.pace.speeds(live), block
         self.table.set_pace(now, speeds)
@@ -418,36 +342,32 @@ class CoordinatorCore(Recovery, RunOutputs):
         self.broadcast_epoch = view.epoch
 
     def _mark_dead(self, client_id: int, cause: EventKind, detail: str) -> None:
-        """Bypass a member; its event's latency is the time since it was last heard from
-        (a bound on the detection latency: the fault came after its last sign of life)."""
+        """Bypass a member for good (unless it comes back itself); one offline leaves no ring."""
+        if self.table.members[client_id].state == MemberState.DEAD:
+            return
+        was_live = self.table.is_live(client_id)
+        self.table.mark(client_id, MemberState.DEAD)
+        self._left_ring(client_id, was_live, cause, detail)
+
+    def _left_ring(self, client_id: int, was_live: bool, cause: EventKind, detail: str) -> None:
+        """The events of a member gone dead or offline; its event's latency is the time since
+        it was last heard from (a bound on the detection latency: the fault came after its
+        last sign of life). The run stops once no member is left, live or due back."""
         member = self.table.members[client_id]
-        if self.table.mark(client_id, MemberState.DEAD):
-            self.health.suspects.discard(client_id)
-            silent = time.monotonic() - member.last_seen
-            self._event(cause, client_id, member.last_round, detail, latency_s=silent)
-            self._event(
-                EventKind.BYPASS, client_id, member.last_round, f"ring now {self.table.live}"
-            )
-            live = self.table.live
+        self.health.suspects.discard(client_id)
+        silent = time.monotonic() - member.last_seen
+        self._event(cause, client_id, member.last_round, detail, latency_s=silent)
+        live = self.table.live
+        if was_live:
+            self._event(EventKind.BYPASS, client_id, member.last_round, f"ring now {live}")
             if live:
                 newest = max(self.table.members[c].last_round for c in live)
                 self.health.bypassed(self.results.now(), newest + 1)
-            else:  # nobody is left to train, report or be probed: nothing can end the run
-                self._stop(
-                    f"no client can go on: no live client left (the last, client "
-                    f"{client_id}: {cause}, {detail})"
-                )
-
-    def _rejoin(self, client_id: int) -> None:
-        """A member bypassed as hung is back, with its private state: splice it in again
-        (unless the run stopped when its last live member left: no ring to come back to)."""
-        if not self.table.live:
-            return
-        after = random.Random(self.table.epoch).choice(self.table.live)
-        self.table.revive(client_id, after)
-        self.health.forget(client_id)
-        round_ = self.table.members[client_id].last_round
-        self._event(EventKind.REJOIN, client_id, round_, f"spliced in after {after}")
+        if not self.table.remaining:  # nobody left to train, report or be probed
+            self._stop(
+                f"no client can go on: no live client left (the last, client "
+                f"{client_id}: {cause}, {detail})"
+            )
 
     def _stop(self, reason: str) -> None:
         if self.stop_reason is None:

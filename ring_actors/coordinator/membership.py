@@ -1,4 +1,8 @@
-"""The coordinator's membership table: who is in the ring, in which order, at which epoch."""
+"""The coordinator's membership table: who is in the ring, in which order, at which epoch.
+
+A member is live (in the ring: views carry it), offline (out of the ring for an off period of
+the availability model, due back, keeping its place in the order) or dead (bypassed for good,
+unless a restart or a late report brings it back)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ class MemberState(enum.Enum):
     STARTING = "starting"
     RUNNING = "running"
     DONE = "done"
+    OFFLINE = "offline"  # away for an off period: nobody waits for it, nobody writes it off
     DEAD = "dead"
 
 
@@ -25,6 +30,7 @@ class Member:
     first_round: int = 0
     last_round: int = -1
     last_seen: float = field(default_factory=time.monotonic)
+    due_back_s: float | None = None  # while offline: when it is due back, on the run's clock
 
     @property
     def rounds_trained(self) -> int:
@@ -65,17 +71,37 @@ class MembershipTable:
             return False
         was_live = self.is_live(client_id)
         member.state = state
+        member.due_back_s = None  # only ``go_offline`` sets it
         changed = was_live != self.is_live(client_id)
         if changed:
             self.epoch += 1
         return changed
 
-    def revive(self, client_id: int, after: int, first_round: int | None = None) -> None:
-        """A member declared dead is back: splice it in after ``after`` (from ``first_round``)."""
+    def go_offline(self, client_id: int, due_back_s: float) -> bool:
+        """A live member leaves for an off period, due back at ``due_back_s``; True when it
+        left the ring (epoch bumped)."""
+        if not self.is_live(client_id):
+            return False
+        self.mark(client_id, MemberState.OFFLINE)
+        self.members[client_id].due_back_s = due_back_s
+        return True
+
+    def come_back(self, client_id: int, first_round: int) -> bool:
+        """An offline member is back in its own place, training from ``first_round``; True
+        when it was offline (epoch bumped)."""
         member = self.members[client_id]
-        if member.state != MemberState.DEAD:
+        if member.state != MemberState.OFFLINE:
+            return False
+        member.first_round = first_round
+        return self.mark(client_id, MemberState.RUNNING)
+
+    def revive(self, client_id: int, after: int, first_round: int | None = None) -> None:
+        """A member declared dead (or one that was offline, now in a new process) is back:
+        splice it in after ``after`` (from ``first_round``)."""
+        member = self.members[client_id]
+        if member.state not in (MemberState.DEAD, MemberState.OFFLINE):
             return
-        member.state = MemberState.RUNNING
+        member.state, member.due_back_s = MemberState.RUNNING, None
         if first_round is not None:
             member.first_round = first_round
         self.order.remove(client_id)
@@ -92,11 +118,26 @@ class MembershipTable:
 
     def is_live(self, client_id: int) -> bool:
         """Live members take part in the ring (a finished member still receives)."""
-        return self.members[client_id].state != MemberState.DEAD
+        return self.members[client_id].state not in (MemberState.DEAD, MemberState.OFFLINE)
 
     @property
     def live(self) -> list[int]:
         return [c for c in self.order if self.is_live(c)]
+
+    @property
+    def offline(self) -> list[int]:
+        return [c for c in self.order if self.members[c].state == MemberState.OFFLINE]
+
+    @property
+    def remaining(self) -> list[int]:
+        """Members the run still has: the live ones and those offline, due back."""
+        return [c for c in self.order if self.members[c].state != MemberState.DEAD]
+
+    @property
+    def newest_trained(self) -> int:
+        """The furthest round any member has finished training; -1 before any has."""
+        members = self.members.values()
+        return max((m.last_round for m in members if m.rounds_trained > 0), default=-1)
 
     def view(self) -> View:
         live = self.live

@@ -96,21 +96,27 @@ class RunOutputs(CoordinatorState):
         return summary
 
     def _rounds_completed(self) -> int:
-        """The rounds every live member has finished."""
-        return min((self.table.members[c].last_round + 1 for c in self.table.live), default=0)
+        """The rounds every live member has finished; once none is left, the rounds the ring
+        had finished when its last member went (the most any member finished)."""
+        members = self.table.members
+        if not self.table.live:
+            return max((m.last_round + 1 for m in members.values()), default=0)
+        return min(members[c].last_round + 1 for c in self.table.live)
 
     def summary(self, wall_s: float) -> dict[str, Any]:
+        live = self.table.live
         return summarise_run(
             self.config,
             RunFacts(
                 members=len(self.table.members),
                 rounds_completed=self._rounds_completed(),
-                ring_order=self.table.live,
+                ring_order=live,
                 rows=self.results.rows,
                 reports=self.results.reports(),
                 done=list(self.results.done.values()),
                 events=self.results.events,
                 stop_reason=self.stop_reason,
+                finished=bool(live) and all(c in self.results.done for c in live),
                 mlflow={
                     "tracking_uri": redact_uri(self.tracker.uri),
                     "run_id": self.tracker.run_id,

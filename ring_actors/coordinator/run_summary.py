@@ -29,6 +29,7 @@ class RunFacts:
     done: list[dict[str, int]]  # each finished client's hops, bytes and lost payloads
     events: list[dict[str, Any]]
     stop_reason: str | None
+    finished: bool  # every live member ended its rounds (all of them, or its time budget's)
     mlflow: dict[str, Any]
 
 
@@ -74,11 +75,26 @@ def summarise_run(config: Config, facts: RunFacts, wall_s: float) -> dict[str, A
         # bypass until every survivor finished a round begun after it.
         "recovery": {"detection_s": detected, "heal_s": healed},
         "stopped": facts.stop_reason,
+        "ended_because": ended_because(config, facts),
         "wall_s": wall_s,
         "samples_per_s": samples / wall_s if wall_s > 0 else 0.0,
         "ring_order": facts.ring_order,
         "mlflow": facts.mlflow,
     }
+
+
+def ended_because(config: Config, facts: RunFacts) -> str | None:
+    """Why the run ended: ``rounds`` (all of them done), ``time_budget``
+    (``experiment.time_budget_s`` ran out first), ``stopped`` (the reason is ``stopped``);
+    None while it goes on and when it was cut short (its driver killed or interrupted),
+    which ``--resume`` continues."""
+    if facts.stop_reason is not None:
+        return "stopped"
+    if not facts.finished:
+        return None
+    if facts.rounds_completed >= config.experiment.rounds:
+        return "rounds"
+    return "time_budget"  # a client ends its rounds early for nothing else
 
 
 def run_level_metrics(summary: dict[str, Any]) -> dict[str, float]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ring_actors.config import Config
@@ -25,6 +26,7 @@ class CoordinatorState:
     tracker: Tracker
     table: MembershipTable
     handles: dict[int, ClientHandle]
+    find_client: Callable[[int], ClientHandle | None]  # a client's handle, found by name
     lock: threading.RLock
     results: Results
     health: Health

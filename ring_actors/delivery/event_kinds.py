@@ -43,6 +43,7 @@ class EventKind(str, enum.Enum):
     STALE_PAYLOAD_DROPPED = "stale_payload_dropped"
     DELIVERY_FAILED = "delivery_failed"
     PAYLOADS_LOST = "payloads_lost"
+    PAYLOAD_NOT_KEPT = "payload_not_kept"  # its receiver never saved it, however often sent
     WAIT_TIMEOUT = "wait_timeout"
     PULL_FAILED = "pull_failed"
     NON_FINITE_CONTRIBUTION = "non_finite_contribution"

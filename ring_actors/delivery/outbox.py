@@ -8,11 +8,21 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.delivery.transport import ClientHandle, PeerGone, PeerUnavailable, Pending
 from ring_actors.timeouts import Timeouts
 
 log = logging.getLogger(__name__)
+
+
+class NotKept(RuntimeError):
+    """A receiver's answer to a payload it could not keep (its spool's write failed, as on a
+    full disk): nothing of it was queued, and the sender sends it again."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason  # read through Ray's wrapper, whose str() is a traceback
 
 
 class _Unsent:
@@ -36,6 +46,13 @@ class InFlight:
     sent_at: float
     reported: bool = False
     gone_at: float | None = None  # when the target was found dead (it may be restarted)
+    refused_since: float | None = None  # when the target first could not keep it
+    refused_at: float | None = None  # its latest refusal: sent again a back-off later
+    refusal: str = ""
+    sends: int = 1
+
+    def describe(self) -> str:
+        return f"{self.payload.channel.value} round {self.payload.round} to {self.target}"
 
 
 class Outbox:
@@ -46,25 +63,28 @@ class Outbox:
     view re-routes it, the payload stays here, so a failure never loses it. A send to a
     dead target is tried again now and then: a restarted member gets it once it is back.
     A receiver that raised on a payload is told apart from a dead one: the payload is
-    dropped and reported, and the delivery thread goes on.
+    dropped and reported, and the delivery thread goes on. A receiver that could not keep
+    a payload (:class:`NotKept`) is sent it again now and then; one that has not kept it a
+    hop timeout after its first refusal is given up: counted lost and reported.
     """
 
     def __init__(
         self,
         timeouts: Timeouts,
         report_unreachable: Callable[[int], None],
-        report_failure: Callable[[int, str], None],
+        report_event: Callable[[EventKind, int, str], None],
     ) -> None:
         self.hop_timeout_s = timeouts.hop_s
         self.retry_s = timeouts.resend_s
         self.report_unreachable = report_unreachable
-        self.report_failure = report_failure
+        self.report_event = report_event  # a send failed or given up: the run's events
         self.lock = threading.Lock()
         self.handles: dict[int, ClientHandle] = {}
         self.in_flight: list[InFlight] = []
         self.hops = 0  # acknowledged deliveries
         self.bytes_acked = 0
         self.bytes_dispatched = 0  # every byte put on the wire, re-sends included
+        self.given_up: list[str] = []  # the sends no receiver kept, one line each: lost
 
     def set_handles(self, handles: Mapping[int, ClientHandle]) -> None:
         with self.lock:
@@ -109,7 +129,14 @@ class Outbox:
         suspects: list[int] = []
         for flight in flights:
             with self.lock:
-                gone_at = flight.gone_at
+                gone_at, refused_at = flight.gone_at, flight.refused_at
+                refused_since = flight.refused_since
+            if refused_at is not None and refused_since is not None:  # its last answer
+                if now - refused_since > self.hop_timeout_s:
+                    self._give_up(flight)
+                elif now - refused_at > self.retry_s:
+                    self._resend(flight, now)
+                continue
             if gone_at is not None:
                 if now - flight.sent_at > self.hop_timeout_s:
                     self._suspect(flight, suspects)
@@ -130,9 +157,17 @@ class Outbox:
                     if flight in self.in_flight:
                         flight.gone_at = now
                 continue
+            except NotKept as err:  # alive, but it could not save it: send it again later
+                with self.lock:
+                    if flight in self.in_flight:
+                        flight.refused_at, flight.refusal = now, err.reason
+                        if flight.refused_since is None:
+                            flight.refused_since = now
+                continue
             except Exception as err:  # noqa: BLE001 - the receiver raised: drop, report
                 log.warning("client %d failed on a payload: %r", flight.target, err)
-                self.report_failure(flight.target, repr(err))
+                detail = f"client {flight.target} raised {err!r}"
+                self.report_event(EventKind.DELIVERY_FAILED, flight.payload.round, detail)
             with self.lock:
                 if flight not in self.in_flight:
                     continue  # re-routed by a new view meanwhile: no longer this poll's
@@ -154,7 +189,23 @@ class Outbox:
                 return
             flight.answer = self.handles[flight.target].receive(flight.payload)
             flight.gone_at = None  # sent_at stays: the hop timeout counts from the first try
+            flight.refused_at = None
+            flight.sends += 1
             self.bytes_dispatched += flight.payload.nbytes
+
+    def _give_up(self, flight: InFlight) -> None:
+        """Drop a send its target never kept, counted lost and reported by name."""
+        with self.lock:
+            if flight not in self.in_flight:
+                return
+            self.in_flight.remove(flight)
+            line = (
+                f"{flight.describe()} not kept after {flight.sends} sends in "
+                f"{self.hop_timeout_s:g}s: {flight.refusal}"
+            )
+            self.given_up.append(line)
+        log.warning("given up: %s", line)
+        self.report_event(EventKind.PAYLOAD_NOT_KEPT, flight.payload.round, line)
 
     def _suspect(self, flight: InFlight, suspects: list[int]) -> None:
         """Report ``flight``'s target once, if the send is still here."""
@@ -170,22 +221,26 @@ class Outbox:
             return [f.payload for f in self.in_flight if f.payload.channel == channel]
 
     def drain(self, timeout_s: float) -> int:
-        """Wait for the last acknowledgements; the payloads never acknowledged count as lost."""
+        """Wait for the last acknowledgements; the payloads never acknowledged count as lost,
+        and so does every send given up before."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.poll()
             with self.lock:
                 if not self.in_flight:
-                    return 0
+                    return len(self.given_up)
             time.sleep(0.02)
         with self.lock:
-            return len({id(f.payload) for f in self.in_flight})
+            return len(self.given_up) + len({id(f.payload) for f in self.in_flight})
 
     def unacknowledged(self) -> list[str]:
-        """What is still in flight, one line each, for the event that reports a loss."""
+        """What was given up or is still in flight, one line each, for the event that
+        reports a loss."""
         with self.lock:
-            return [
-                f"{f.payload.channel.value} round {f.payload.round} to {f.target}"
-                f"{' (target gone)' if f.gone_at is not None else ''}"
-                for f in self.in_flight
-            ]
+            return [*self.given_up, *(f"{f.describe()}{_why(f)}" for f in self.in_flight)]
+
+
+def _why(flight: InFlight) -> str:
+    if flight.gone_at is not None:
+        return " (target gone)"
+    return f" (not kept: {flight.refusal})" if flight.refused_at is not None else ""

@@ -1,21 +1,57 @@
-"""The fault plan on the driver: joins and kills of actors only the driver holds."""
+"""The fault plan on the driver: joins and kills of actors only the driver holds, each
+applied once over the run's life, a resumed run's included."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 from ring_actors.faults.plan import FaultSection
+from ring_actors.storage.durable import write_atomic
 
 
 class DriverActions(Protocol):
     """What the driver can do to the run it holds."""
 
-    def join(self, count: int, first_round: int) -> object: ...
+    admitted: set[int]  # the clients in the run: started members and spliced joiners
+
+    def standby(self, count: int) -> list[int]: ...
+
+    def admit(self, clients: Sequence[int], first_round: int | None = None) -> None: ...
 
     def kill_coordinator(self) -> None: ...
 
     def kill_nodes_of(self, clients: Sequence[int]) -> None: ...
+
+
+class AppliedFaults:
+    """The driver-side entries applied so far, by index in the plan, each with the clients a
+    join spliced in; in the run folder (``path``) for a resumed run to read back.
+
+    An entry is noted before it is carried out, so none is applied twice: a kill cut short
+    by the driver's death is not repeated (that death took every actor of the run down),
+    and a join noted but perhaps not admitted is finished by :func:`carry_out` with the
+    clients it named.
+    """
+
+    def __init__(self, path: Path, entries: dict[int, tuple[int, ...]] | None = None) -> None:
+        self.path = path
+        self.entries = dict(entries or {})
+
+    @classmethod
+    def read(cls, path: Path) -> AppliedFaults:
+        """The record a run left in ``path``; none applied if it never wrote one."""
+        if not path.exists():
+            return cls(path)
+        saved = json.loads(path.read_text())
+        return cls(path, {int(index): tuple(clients) for index, clients in saved.items()})
+
+    def note(self, index: int, clients: Sequence[int] = ()) -> None:
+        self.entries[index] = tuple(clients)
+        listed = {str(i): list(joined) for i, joined in sorted(self.entries.items())}
+        write_atomic(self.path, json.dumps(listed))
 
 
 def driver_faults_due(
@@ -36,11 +72,26 @@ def driver_faults_due(
     return [i for i, entry in enumerate(plan) if i not in applied and due(entry)]
 
 
-def apply_driver_fault(actions: DriverActions, entry: FaultSection) -> None:
-    """Carry out one entry the driver applies: a join or a kill."""
-    if entry.join:
-        actions.join(entry.join, first_round=entry.at_round)
-    if entry.kill_coordinator:
-        actions.kill_coordinator()
-    if entry.kill_node:
-        actions.kill_nodes_of(entry.kill_node)
+def carry_out(
+    actions: DriverActions,
+    plan: Sequence[FaultSection],
+    ring_round: int,
+    newest: int,
+    applied: AppliedFaults,
+) -> None:
+    """Apply the plan's driver-side entries now due, and finish a join that a driver killed
+    between noting and admitting it left undone."""
+    for index, clients in applied.entries.items():
+        missing = [c for c in clients if c not in actions.admitted]
+        if missing:
+            actions.admit(missing, plan[index].at_round)
+    for index in driver_faults_due(plan, ring_round, newest, set(applied.entries)):
+        entry = plan[index]
+        joiners = actions.standby(entry.join) if entry.join else []
+        applied.note(index, joiners)
+        if joiners:
+            actions.admit(joiners, entry.at_round)
+        if entry.kill_coordinator:
+            actions.kill_coordinator()
+        if entry.kill_node:
+            actions.kill_nodes_of(entry.kill_node)

@@ -11,9 +11,9 @@ client computes alike:
 - **links**: a latency and a bandwidth per directed link, so a hop of ``B`` bytes reaches
   its receiver ``latency + B / bandwidth`` seconds after it is sent (after the hops queued
   before it on that link), inside the hop timeout that the send is acknowledged within;
-- **availability**: periods a client is offline, measured from the start of its round
-  loop. An offline client leaves the ring (it is bypassed), keeps everything it holds,
-  and is spliced in again when it comes back.
+- **availability**: periods a client is offline, in seconds of the run (the coordinator's
+  clock, the same for every client). An offline client leaves the ring after the round it is
+  in, keeps everything it holds, and takes its place again when it comes back.
 
 Trace file (JSON), every part optional; client ids are the run's: integers (as object keys,
 their decimal text such as "3"); every value a finite number (not true, not a string); null in a

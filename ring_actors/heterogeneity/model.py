@@ -101,8 +101,8 @@ class Heterogeneity:
         return latency + (nbytes / bandwidth if bandwidth else 0.0)
 
     def offline_periods(self, client: int) -> Sequence[tuple[float, float]]:
-        """The client's offline spans [from_s, to_s) in order, seconds from the start of its
-        rounds: the trace's, or drawn ones without end, drawn as far as they are read."""
+        """The client's offline spans [from_s, to_s) in order, in seconds of the run: the
+        trace's, or drawn ones without end, drawn as far as they are read."""
         if client in self.offline_cache:
             return self.offline_cache[client]
         periods: Sequence[tuple[float, float]] = self.trace.offline.get(client, [])

@@ -40,7 +40,9 @@ def check_new(output_dir: Path) -> None:
 
 
 def check_resumable(run_dir: Path, rounds: int) -> None:
-    """Refuse a folder that holds no run, and a run that already finished ``rounds``."""
+    """Refuse a folder that holds no run, and a run that ended: its rounds done, its time
+    budget spent, or stopped. Only a run cut short (its driver killed or interrupted)
+    goes on: one that ended would start over from its own results."""
     if not (run_dir / CHECKPOINT).exists():
         raise RunFolderError(
             f"--resume {run_dir}: no run to resume there ({CHECKPOINT} is missing); "
@@ -49,21 +51,38 @@ def check_resumable(run_dir: Path, rounds: int) -> None:
     finished = finished_summary(run_dir, rounds)
     if finished is not None:
         raise RunFolderError(
-            f"--resume {run_dir}: the run finished ({finished['rounds_completed']} of {rounds} "
-            "rounds) and its results stay as they are; start a new run with --output-dir "
-            "to train again"
+            f"--resume {run_dir}: the run finished ({_why(finished, rounds)}) and its results "
+            "stay as they are; start a new run with --output-dir to train again"
         )
 
 
 def finished_summary(run_dir: Path, rounds: int) -> dict[str, Any] | None:
-    """The run's summary when it ended with every round done and no stop, else None."""
+    """The run's final summary when the run ended (see :func:`check_resumable`), else None."""
     try:
         summary = json.loads((run_dir / SUMMARY).read_text())
     except (OSError, ValueError):
         return None
-    done = int(summary.get("rounds_completed", 0)) >= rounds
-    ended = summary.get("partial") is False and not summary.get("stopped")
-    return summary if done and ended else None
+    if summary.get("partial") is not False:  # the run's last outputs were never written
+        return None
+    ended = summary.get("ended_because", _ended_before_recorded(summary, rounds))
+    return {**summary, "ended_because": ended} if ended else None
+
+
+def _ended_before_recorded(summary: dict[str, Any], rounds: int) -> str | None:
+    """Why a run whose summary predates ``ended_because`` ended: all its ``rounds`` or a
+    stop. One ended by its time budget cannot be told from an interrupted one there."""
+    if summary.get("stopped"):
+        return "stopped"
+    return "rounds" if int(summary.get("rounds_completed", 0)) >= rounds else None
+
+
+def _why(summary: dict[str, Any], rounds: int) -> str:
+    done = f"{summary.get('rounds_completed', 0)} of its {rounds} rounds"
+    return {
+        "rounds": f"all {done}",
+        "time_budget": f"experiment.time_budget_s ran out after {done}",
+        "stopped": f"it stopped: {summary.get('stopped')}",
+    }.get(summary["ended_because"], str(summary["ended_because"]))
 
 
 def resume_config(run_dir: Path, overrides: Sequence[str]) -> Config:

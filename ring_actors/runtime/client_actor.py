@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,11 +18,12 @@ import ray
 
 from ring_actors.faults.client_side import ProcessFaults, fail_start
 from ring_actors.runtime.placement import Placement
-from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink
+from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink, RayPending
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
 from ring_actors.runtime.worker_env import loaded_modules
 from ring_actors.storage.run_folder import RunFolder
+from ring_actors.timeouts import Timeouts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from ring_actors.data.partition import ClientSplit
     from ring_actors.data.sources import DatasetArrays
     from ring_actors.delivery.payloads import Payload
-    from ring_actors.delivery.transport import ClientHandle
+    from ring_actors.delivery.transport import ClientHandle, Readmission
     from ring_actors.delivery.view import View
     from ring_actors.delivery.wire import WirePayload
 
@@ -49,6 +51,31 @@ def pick_device(num_gpus: float) -> torch.device:
         torch.cuda.set_per_process_memory_fraction(min(1.0, num_gpus), device)
         return device
     return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class BoundedControlLink(RayControlLink):
+    """The coordinator as a client's :class:`~ring_actors.delivery.transport.ControlLink`,
+    every call that waits for its answer bounded by ``timeout_s`` (``TimeoutError`` past
+    it): a coordinator being restarted must not hold a client's round loop for good."""
+
+    timeout_s: float
+
+    def leave(self, client_id: int, round_: int, off_s: float) -> None:
+        RayPending(self.actor.leave.remote(client_id, round_, off_s)).result(self.timeout_s)
+
+    def come_back(self, client_id: int, round_: int) -> Readmission | None:
+        return RayPending(self.actor.come_back.remote(client_id, round_)).result(self.timeout_s)
+
+    def rejoin(
+        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
+    ) -> Readmission | None:
+        call = self.actor.rejoin.remote(client_id, handle, node_id, checkpoint_round)
+        return RayPending(call).result(self.timeout_s)
+
+    def run_elapsed_s(self) -> RayPending:
+        """How far the run is, by the coordinator's clock (the caller bounds the wait)."""
+        return RayPending(self.actor.run_elapsed_s.remote())
 
 
 class ClientActor:
@@ -80,7 +107,8 @@ class ClientActor:
         limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
         torch.set_num_threads(threads_per_slot(limit, node))  # only slot holders compute
         device = pick_device(clients.num_gpus)
-        control = RayControlLink(coordinator)
+        timeout_s = Timeouts.from_schedule(config.schedule).client_control_s
+        control = BoundedControlLink(coordinator, timeout_s)
         saves = clients.checkpoint or clients.max_restarts > 0
         checkpoint = RunFolder.checkpoint_in(Path(state_dir), client_id) if saves else None
         self.core = ClientCore(
@@ -92,6 +120,7 @@ class ClientActor:
             slots=Slots(pool_name(run_key, context.get_node_id()), client_id),
             faults=ProcessFaults(),
             checkpoint_path=checkpoint,
+            run_clock=control.run_elapsed_s,
         )
         if resume:
             self.core.load_checkpoint()

@@ -113,6 +113,9 @@ class Coordinator:
     def come_back(self, client_id: int, round_: int) -> Readmission | None:
         return self.core.come_back(client_id, round_)
 
+    def run_elapsed_s(self) -> float:
+        return self.core.run_elapsed_s()
+
     def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
         self.core.report_unreachable(reporter, target, epoch)
 

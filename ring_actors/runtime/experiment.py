@@ -20,6 +20,7 @@ from ring_actors.runtime.follow import ask
 from ring_actors.runtime.placement import Placement
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
+from ring_actors.runtime.worker_deaths import quiet_deaths_of
 from ring_actors.runtime.worker_env import actor_runtime_env
 from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import LaunchTimeouts, Timeouts
@@ -92,6 +93,7 @@ class Experiment:
         )
         self.clients.update(started.handles)
         self.placement.update(started.facts)
+        quiet_deaths_of(facts.pid for facts in started.facts.values())  # the run handles them
         self.start_slot_pools()
         return started
 
@@ -118,18 +120,28 @@ class Experiment:
         ``clients.reserve``), so a join costs no process start. They first train
         ``first_round`` or, if the ring may have begun it, the earliest round it cannot have.
         """
+        ids = self.standby(count)
+        self.admit(ids, first_round)
+        return ids
+
+    def standby(self, count: int) -> list[int]:
+        """The next ``count`` started clients not in the run yet."""
         ids = [i for i in self.placement if i not in self.admitted][:count]
         if len(ids) < count:
             raise ValueError(
                 f"join({count}): only {len(ids)} clients in standby; raise clients.reserve "
                 "(or declare the joins in the config's faults) so each has a data partition"
             )
-        for i in ids:
+        return ids
+
+    def admit(self, clients: Sequence[int], first_round: int | None = None) -> None:
+        """Splice the standby ``clients`` into the running ring (a client already in it
+        stays as it is: the coordinator's admission is idempotent)."""
+        for i in clients:
             self.admitted.add(i)
             node = self.placement[i].node_id
             call = self.coordinator.admit.remote(i, self.clients[i], node, first_round)
             ask(self, call, self.timeouts.control_s)
-        return ids
 
     def kill_coordinator(self) -> None:
         """Kill the coordinator; Ray restarts it and it recovers from its checkpoint."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.exceptions import GetTimeoutError
 
-from ring_actors.faults.driver_side import apply_driver_fault, driver_faults_due
+from ring_actors.faults.driver_side import AppliedFaults, carry_out
 from ring_actors.runtime.progress_bar import RoundProgress
 from ring_actors.runtime.ray_transport import CALLEE_DIED
 from ring_actors.storage.run_folder import RunFolder
@@ -45,7 +45,7 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
     config = experiment.config
     timeouts = experiment.timeouts
     silent_since: float | None = None
-    applied: set[int] = set()
+    applied = applied_faults(experiment)
     printed = 0  # client errors shown so far
     shown = RoundProgress(config.clients.count * config.experiment.rounds, progress)
     try:
@@ -73,10 +73,7 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
             if state.stopped:
                 shown.write(f"run stopped: {state.stopped}")
                 break
-            due = driver_faults_due(config.faults, state.round, state.newest, applied)
-            for index in due:
-                apply_driver_fault(experiment, config.faults[index])
-                applied.add(index)
+            carry_out(experiment, config.faults, state.round, state.newest, applied)
             shown.update(state)
             if state.finished:
                 break
@@ -87,6 +84,13 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
         return summary
     finally:
         shown.close()
+
+
+def applied_faults(experiment: Experiment) -> AppliedFaults:
+    """The plan's driver-side entries applied so far: none in a new run, those its earlier
+    drivers noted in a resumed one."""
+    path = RunFolder(experiment.output_dir).driver_faults
+    return AppliedFaults.read(path) if experiment.resume else AppliedFaults(path)
 
 
 def client_error_line(experiment: Experiment, error: dict[str, Any]) -> str:

@@ -32,8 +32,9 @@ class RunFolder:
     CLIENT_ERRORS = "client_errors.log"  # the traceback of each client round that raised
     CURVES = "curves.png"  # Local-T and Global-T by round, drawn at the end
     TIMELINE = "timeline.png"  # each client's rounds over wall time, with membership events
+    DRIVER_FAULTS = "driver_faults.json"  # the plan's driver-side entries, each noted as applied
 
-    PRIVATE = (CLIENTS, COORDINATOR, HISTORY)  # what only this run's processes read back
+    PRIVATE = (CLIENTS, COORDINATOR, HISTORY, DRIVER_FAULTS)  # only the run reads them back
     PUBLISHED = (SUMMARY, CONFIG, METRICS, EVENTS)  # what a report or MLflow copies
 
     def __post_init__(self) -> None:
@@ -62,6 +63,10 @@ class RunFolder:
     @property
     def coordinator_history(self) -> Path:
         return self.path / self.HISTORY
+
+    @property
+    def driver_faults(self) -> Path:
+        return self.path / self.DRIVER_FAULTS
 
     @property
     def unsent_metrics(self) -> Path:

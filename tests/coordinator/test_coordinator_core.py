@@ -347,3 +347,53 @@ def test_a_round_every_member_finished_is_in_the_outputs_at_the_next_pass(tmp_pa
     core.reconcile()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["rounds_completed"] == 1 and summary["partial"] is True
+
+
+def test_an_offline_member_is_out_of_the_view_but_neither_dead_nor_probed(tmp_path):
+    core, handles = make(tmp_path)
+    core.leave(1, 0, 5.0)
+    handles[1].state = "dead"  # a probe would now find it crashed: it must get none
+    settle(core, 0.3)
+    assert core.table.members[1].state == MemberState.OFFLINE
+    assert handles[0].views[-1].members == (0, 2)
+    state = core.progress()
+    assert (state.live, state.offline, state.finished) == (2, 1, False)
+    for c in (0, 2):
+        core.report_done(c, 0, 0, 0)
+    assert not core.progress().finished  # it is due back, with rounds to train
+    back = core.come_back(1, 0)
+    assert back is not None and back.view.members == (0, 1, 2)  # back in its own place
+    assert core.table.members[1].state == MemberState.RUNNING
+    assert not [e for e in core.events if e["kind"] in ("crash", "hang", "run_stopped")]
+
+
+def test_a_ring_whose_every_member_is_offline_waits_for_the_first_back(tmp_path):
+    core, handles = make(tmp_path, clients=2)
+    core.leave(0, 0, 0.5)
+    core.leave(1, 0, 5.0)
+    settle(core, 0.3)
+    assert core.stop_reason is None and not core.table.live
+    back = core.come_back(0, 0)
+    assert back is not None and back.view.members == (0,)
+    assert core.stop_reason is None
+
+
+def test_every_member_offline_until_past_the_time_budget_stops_the_run(tmp_path):
+    budget = {"experiment": {"rounds": 5, "time_budget_s": 2.0}}
+    core, handles = make(tmp_path, clients=2, sections=budget)
+    core.leave(0, 0, 30.0)
+    core.leave(1, 0, 20.0)
+    until(core, lambda: core.stop_reason is not None)
+    assert "time budget" in core.stop_reason and "client 1" in core.stop_reason
+
+
+def test_members_offline_and_never_back_are_bypassed_after_the_stall_limit(tmp_path):
+    core, handles = make(tmp_path, clients=2, stall_hops=2)  # 0.6 s
+    core.leave(0, 0, 0.1)
+    core.leave(1, 0, 0.1)
+    until(core, lambda: core.stop_reason is not None)
+    hangs = [e for e in core.events if e["kind"] == "hang"]
+    assert sorted(e["client"] for e in hangs) == [0, 1]
+    assert all("not back from offline" in e["detail"] for e in hangs)
+    assert "no client can go on" in core.stop_reason
+    assert "not back from offline" in core.stop_reason

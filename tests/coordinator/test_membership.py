@@ -138,3 +138,24 @@ def test_a_joiner_counts_only_the_rounds_it_trained():
     members.seen(0, 6)
     assert members.members[9].rounds_trained == 2
     assert members.members[0].rounds_trained == 7
+
+
+def test_an_offline_member_leaves_the_view_and_comes_back_to_its_place():
+    members = table()
+    assert members.go_offline(1, due_back_s=3.0) is True
+    assert members.epoch == 5 and members.view().members == (0, 2, 3)
+    assert members.remaining == [0, 1, 2, 3] and members.offline == [1]
+    assert members.come_back(1, first_round=6) is True
+    view = members.view()
+    assert view.members == (0, 1, 2, 3) and view.first_rounds == (0, 6, 0, 0)
+    assert members.epoch == 6 and members.members[1].due_back_s is None
+
+
+def test_an_offline_member_is_kept_in_the_record_and_can_die():
+    members = table()
+    members.go_offline(2, due_back_s=1.5)
+    restored = MembershipTable.from_record(members.to_record())
+    assert restored.members[2].state == MemberState.OFFLINE
+    assert restored.members[2].due_back_s == 1.5 and restored.offline == [2]
+    restored.mark(2, MemberState.DEAD)
+    assert restored.remaining == [0, 1, 3] and restored.offline == []

@@ -30,6 +30,7 @@ def facts(**changes) -> RunFacts:
             {"kind": "healed", "latency_s": 3.0},
         ],
         "stop_reason": None,
+        "finished": True,
         "mlflow": {"run_id": "r"},
     }
     return RunFacts(**(base | changes))
@@ -65,3 +66,18 @@ def test_a_run_with_nothing_recorded_has_zeros_not_errors():
 def test_round_means_average_each_metric_over_clients():
     means = round_means([{"loss": 1.0, "acc": 0.5}, {"loss": 3.0}])
     assert means == {"loss_mean": 2.0, "acc_mean": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, "rounds"),
+        ({"rounds_completed": 7}, "time_budget"),  # every member ended early: its budget
+        ({"stop_reason": "no live client left"}, "stopped"),
+        ({"stop_reason": "no live client left", "finished": False}, "stopped"),
+        ({"rounds_completed": 7, "finished": False}, None),  # cut short: resumable
+    ],
+)
+def test_the_summary_says_why_the_run_ended(changes, expected):
+    config = config_from_dict({"experiment": {"rounds": 12, "time_budget_s": 60}})
+    assert summarise_run(config, facts(**changes), wall_s=1.0)["ended_because"] == expected

@@ -3,11 +3,14 @@ event), never raises, and its model is untouched until it merges what it took.""
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +22,7 @@ from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
+from ring_actors.delivery.wire import WirePayload, WireTensor, to_wire
 from tests.client.test_client_core import Peer, Reports
 from tests.helpers.synthetic import separable
 
@@ -148,6 +152,78 @@ def test_any_payload_is_taken_whole_or_rejected_with_an_event(payload):
     client.inbox.take(Channel.SHARE)
 
 
+@st.composite
+def wire_payloads(draw) -> tuple[WirePayload, bool]:
+    """What another process may send: the receiver's own tensors as bytes, each kept, left
+    out, of another type or shape, a byte short, or with a NaN or an infinity anywhere; and
+    whether anything is wrong with them."""
+    sent = Payload(1, 0, 2, 0, {k: v.clone() for k, v in SHARED.items()})
+    wire, wrong = to_wire(replace(sent, num_samples=4)), False
+    tensors = dict(wire.tensors)
+    for name, value in SHARED.items():
+        kept = tensors[name]
+        change = draw(st.sampled_from(["keep", "drop", "dtype", "flat", "short", "poke"]))
+        if change == "drop":
+            del tensors[name]
+        elif change == "dtype":
+            dtype = draw(st.sampled_from(["float32", "float64", "float16", "complex64", "Tensor"]))
+            data = (
+                kept.data
+                if dtype in ("float32", "Tensor")
+                else _bytes(value.to(getattr(torch, dtype)))
+            )
+            tensors[name] = WireTensor(dtype, kept.shape, data)
+        elif change == "flat":  # the same bytes as one row: a shape of its own unless 1-D
+            tensors[name] = WireTensor(kept.dtype, (value.numel(),), kept.data)
+        elif change == "short":
+            tensors[name] = WireTensor(kept.dtype, kept.shape, kept.data[:-1])
+        elif change == "poke":
+            poked = value.clone().view(-1)
+            poked[draw(st.integers(0, poked.numel() - 1))] = draw(
+                st.sampled_from([math.nan, math.inf, -math.inf])
+            )
+            tensors[name] = WireTensor(kept.dtype, kept.shape, _bytes(poked))
+        got = tensors.get(name)
+        wrong |= got is None or (got.dtype, got.shape, got.data.size) != (
+            kept.dtype, kept.shape, kept.data.size
+        ) or change == "poke"  # fmt: skip
+    if draw(st.integers(0, 9)) == 0:
+        tensors["huge"] = WireTensor("float32", (2**22,), np.zeros(2**24, np.uint8))
+        wrong = True
+    return replace(wire, tensors=tensors), wrong
+
+
+SEQ = itertools.count()
+
+
+def _bytes(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.contiguous().view(-1).view(torch.uint8).numpy().copy()
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wire_payloads())
+def test_bytes_from_another_process_are_taken_whole_or_rejected_with_an_event(case):
+    wire, wrong = case
+    wire = replace(wire, shell=replace(wire.shell, seq=next(SEQ)))  # never a re-send
+    client = CLIENT
+    before = {k: v.clone() for k, v in client.algorithm.shared_state().items()}
+    events_before = len(client.control.events)
+    accepted = client.receive(wire)  # never raises
+    for name, value in client.algorithm.shared_state().items():
+        assert torch.equal(value, before[name])  # nothing touches the model on receipt
+    assert accepted is not wrong
+    taken = client.inbox.take(Channel.SHARE)
+    if wrong:
+        assert len(client.control.events) > events_before and not taken
+    else:
+        assert [p.sender for p in taken] == [1]
+        assert {k: (v.shape, v.dtype) for k, v in taken[0].tensors.items()} == {
+            k: (v.shape, v.dtype) for k, v in SHARED.items()
+        }
+        assert all(torch.equal(taken[0].tensors[k], v) for k, v in SHARED.items())
+
+
 def test_a_well_formed_share_is_taken():
     client = fresh_client()
     payload = Payload(1, 0, 2, 0, {k: v.clone() for k, v in SHARED.items()}, num_samples=4)
@@ -243,6 +319,7 @@ def test_a_lap_token_that_would_broadcast_into_the_contribution_is_refused():
     token = {name: torch.ones(1)}  # one element: adding it to ours would broadcast
     assert client.receive(Payload(2, 1, 2, 0, token, channel=Channel.LAP, lap=header))
     result: list = []
+    client.laps.chunk_min_bytes = 2**62  # the single-token lap this test is about
     lap = threading.Thread(target=lambda: result.append(client.laps.run("avg", 1, contribution)))
     lap.start()
     deadline = time.monotonic() + 10

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload, PayloadError, detach_to_cpu
 
@@ -116,3 +117,32 @@ def test_validate_rejects_tensors_the_receiver_cannot_merge():
         payload.validate({"a": (2, 3)})
     with pytest.raises(PayloadError, match="'b'"):
         payload.validate({"a": (2, 3), "b": (5,)})
+
+
+class TensorsMade(TorchFunctionMode):
+    """Every tensor a torch call returns while active: what a check computed from values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[torch.Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        results = result if isinstance(result, tuple) else (result,)
+        self.made += [r for r in results if isinstance(r, torch.Tensor)]
+        return result
+
+
+def test_finiteness_is_checked_without_a_mask_as_large_as_the_tensor():
+    """``isfinite`` writes one flag per value and reads them again: many times the cost of
+    one read of the values, which is all the check needs."""
+    payload = make({"w": torch.ones(1000), "h": torch.ones(1000, dtype=torch.float16)})
+    with TensorsMade() as mode:
+        payload.validate()
+    assert max((t.numel() for t in mode.made), default=0) <= 2
+
+
+def test_values_whose_sum_overflows_their_type_are_finite():
+    tensors = {"h": torch.full((70000,), 1.0, dtype=torch.float16)}  # sums past 65504
+    tensors["w"] = torch.tensor([3e38, 3e38])  # sums past float32's largest
+    make(tensors).validate()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import math
+import os
 import threading
 from concurrent.futures import Future
 
+import pytest
 import torch
 
 from ring_actors.client.core import ClientCore
@@ -12,20 +16,22 @@ from ring_actors.client.method_factory import build_algorithm
 from ring_actors.client.resources import ClientData
 from ring_actors.client.ring_lap import LapResult
 from ring_actors.config import config_from_dict
+from ring_actors.delivery.outbox import NotKept
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.view import View
+from ring_actors.in_process import LocalClient, LocalHandle
 from tests.client.test_client_core import SHAPE, Peer, Reports, share
 from tests.helpers.synthetic import separable
 
 CONFIG = config_from_dict({"clients": {"count": 3}, "schedule": {"hop_timeout_s": 2}})
 
 
-def checkpointing_core(path) -> ClientCore:
+def checkpointing_core(path, client_id: int = 0) -> ClientCore:
     data = separable(32, 4, SHAPE)
-    method = build_algorithm(CONFIG, 0, 4, SHAPE, torch.device("cpu"))
+    method = build_algorithm(CONFIG, client_id, 4, SHAPE, torch.device("cpu"))
     splits = ClientData(data, data, data)
-    client = ClientCore(0, CONFIG, method, splits, Reports(), checkpoint_path=path)
+    client = ClientCore(client_id, CONFIG, method, splits, Reports(), checkpoint_path=path)
     client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})
     return client
 
@@ -108,12 +114,57 @@ def test_a_push_the_spool_could_not_keep_is_refused_whole_and_taken_when_resent(
     client.spool.directory.parent.mkdir(parents=True, exist_ok=True)
     client.spool.directory.write_text("not a folder")  # every write into it fails
     push = share(client, 2, 0)
-    assert not client.receive(push)  # refused: the sender keeps it and sends it again
+    with pytest.raises(NotKept):  # refused: the sender keeps it and sends it again
+        client.receive(push)
     assert not client.inbox.peek(lambda p: True)  # and nothing unsaved is merged
     client.spool.directory.unlink()
     assert client.receive(push)  # the re-send is not mistaken for a duplicate
     assert [(p.sender, p.round) for p in client.inbox.peek(lambda p: True)] == [(2, 0)]
     assert len(list(client.spool.directory.glob("*.pt"))) == 1
+
+
+class FullDisk(Spool):
+    """A spool whose disk has no room for its first ``full_for`` writes."""
+
+    def __init__(self, directory, full_for: float) -> None:
+        super().__init__(directory)
+        self.full_for = full_for
+        self.writes = 0
+
+    def keep(self, payload: Payload) -> None:
+        self.writes += 1
+        if self.writes <= self.full_for:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        super().keep(payload)
+
+
+def push_to_a_full_disk(tmp_path, full_for: float) -> tuple[ClientCore, ClientCore, int]:
+    """Client 2 pushes its round 0 to client 0, whose spool fails ``full_for`` writes, and
+    waits for the acknowledgement as a client at the end of its run does; the lost count."""
+    receiver = checkpointing_core(tmp_path / "client-0.pt")
+    receiver.spool = FullDisk(receiver.spool.directory, full_for)
+    sender = checkpointing_core(None, client_id=2)
+    sender.set_view(View(2, (0, 1, 2), (0, 0, 0)), {0: LocalHandle(LocalClient(receiver))})
+    sender.send(0, share(receiver, 2, 0))
+    return receiver, sender, sender.outbox.drain(sender.timeouts.drain_s)
+
+
+def test_a_push_the_receiver_had_no_room_for_is_sent_again_and_merged(tmp_path):
+    receiver, sender, lost = push_to_a_full_disk(tmp_path, full_for=1)
+    assert receiver.spool.writes == 2  # refused once, kept when sent again
+    assert lost == 0 and sender.outbox.hops == 1
+    assert [(p.sender, p.round) for p in receiver._gather(1)] == [(2, 0)]
+    assert len(list(receiver.spool.directory.glob("*.pt"))) == 1
+
+
+def test_a_push_no_receiver_write_keeps_is_counted_lost_once_the_sender_gives_up(tmp_path):
+    receiver, sender, lost = push_to_a_full_disk(tmp_path, full_for=math.inf)
+    assert receiver.spool.writes >= 2  # sent again before it was given up
+    assert lost == 1 and sender.outbox.hops == 0 and sender.control.unreachable == []
+    assert not receiver.inbox.peek(lambda p: True)
+    (given_up,) = [e for e in sender.control.events if e[0] == "payload_not_kept"]
+    assert given_up[1] == 0 and "share round 0 to 0" in given_up[2]
+    assert os.strerror(errno.ENOSPC) in given_up[2]
 
 
 def test_what_peers_a_round_behind_ask_for_is_there_after_a_restart(tmp_path):

@@ -3,6 +3,7 @@ the bytes pass Ray's serializer out of band, and bytes that do not fit are refus
 
 from __future__ import annotations
 
+import math
 import pickle
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ import torch
 
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload, PayloadError
 from ring_actors.delivery.wire import WireTensor, from_wire, to_wire
+from tests.delivery.test_payloads import TensorsMade
 
 
 def _payload() -> Payload:
@@ -75,3 +77,44 @@ def test_a_wire_payload_around_something_else_is_refused():
     wire = replace(to_wire(_payload()), shell="not a payload")
     with pytest.raises(PayloadError, match="shell"):
         from_wire(wire)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_non_finite_values_are_refused_as_their_bytes_are_copied(bad, dtype):
+    values = torch.zeros(3 * 2**18, dtype=dtype)  # several pieces of the copy
+    values[-1] = bad
+    sent = Payload(1, 3, 2, 0, {"ok": torch.ones(4, dtype=dtype), "w": values})
+    with pytest.raises(PayloadError, match="'w'.*non-finite"):
+        from_wire(to_wire(sent))
+
+
+def test_a_payload_over_the_limit_is_refused_before_a_byte_is_copied():
+    claimed = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), (2**34,), (0,))  # 16 GiB
+    wire = to_wire(_payload())
+    wire = replace(wire, tensors={**wire.tensors, "w": WireTensor("float32", (2**32,), claimed)})
+    with pytest.raises(PayloadError, match="exceed the limit of 1048576"):
+        from_wire(wire, max_bytes=2**20)
+
+
+def test_a_type_no_method_shares_is_refused_before_it_is_copied():
+    wire = to_wire(_payload())
+    odd = WireTensor("complex64", (2,), np.zeros(16, np.uint8))
+    with pytest.raises(PayloadError, match="'w'.*complex64"):
+        from_wire(replace(wire, tensors={**wire.tensors, "w": odd}))
+
+
+def test_a_shell_that_is_not_well_formed_is_refused_before_its_tensors_are_copied():
+    wire = to_wire(_payload())
+    with pytest.raises(PayloadError, match="negative round"):
+        from_wire(replace(wire, shell=replace(wire.shell, round=-1)))
+
+
+def test_a_payload_from_the_wire_is_not_read_again_by_its_validation():
+    got = from_wire(to_wire(_payload()))
+    with TensorsMade() as mode:
+        got.validate(None, 2**20)
+    assert mode.made == []
+    got.tensors["w"] = torch.tensor([math.nan])  # put in since: checked again
+    with pytest.raises(PayloadError, match="'w'.*non-finite"):
+        got.validate(None, 2**20)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
 import pytest
 
 from ring_actors.config import FaultSection
 from ring_actors.faults.client_side import slow_delay
-from ring_actors.faults.driver_side import driver_faults_due
+from ring_actors.faults.driver_side import AppliedFaults, carry_out, driver_faults_due
 
 
 def entry(at_round: int, slow: tuple[int, ...], delay_s: float) -> FaultSection:
@@ -64,3 +67,53 @@ def test_driver_splices_joiners_in_before_the_ring_begins_their_round():
     assert driver_faults_due(plan, 0, -1, set()) == [1]
     assert driver_faults_due(plan, 1, 1, {1}) == []
     assert driver_faults_due(plan, 1, 2, {1}) == [0]
+
+
+@dataclass
+class Driver:
+    """A driver's actions on a run of ``clients`` started clients, as a list of what it did."""
+
+    clients: int
+    admitted: set[int]
+    did: list[tuple] = field(default_factory=list)
+
+    def standby(self, count: int) -> list[int]:
+        return [c for c in range(self.clients) if c not in self.admitted][:count]
+
+    def admit(self, clients: Sequence[int], first_round: int | None = None) -> None:
+        self.admitted.update(clients)
+        self.did.append(("admit", tuple(clients), first_round))
+
+    def kill_coordinator(self) -> None:
+        self.did.append(("kill_coordinator",))
+
+    def kill_nodes_of(self, clients: Sequence[int]) -> None:
+        self.did.append(("kill_node", tuple(clients)))
+
+
+PLAN = (
+    FaultSection(at_round=1, crash=(2,)),
+    FaultSection(at_round=2, join=1),
+    FaultSection(at_round=3, kill_coordinator=True),
+)
+
+
+def test_a_resumed_driver_applies_only_the_entries_not_applied_before(tmp_path):
+    path = tmp_path / "driver_faults.json"
+    first = Driver(clients=4, admitted={0, 1, 2})
+    carry_out(first, PLAN, ring_round=3, newest=3, applied=AppliedFaults(path))
+    assert first.did == [("admit", (3,), 2), ("kill_coordinator",)]
+    # The resumed run's members: the joiner came back as one, not as standby.
+    resumed = Driver(clients=4, admitted={0, 1, 2, 3})
+    carry_out(resumed, PLAN, ring_round=4, newest=4, applied=AppliedFaults.read(path))
+    assert resumed.did == []
+
+
+def test_a_join_noted_but_not_admitted_when_the_driver_died_is_finished_with_its_clients(
+    tmp_path,
+):
+    path = tmp_path / "driver_faults.json"
+    AppliedFaults(path).note(1, [3])  # the driver died before the coordinator admitted 3
+    resumed = Driver(clients=5, admitted={0, 1, 2})
+    carry_out(resumed, PLAN, ring_round=2, newest=2, applied=AppliedFaults.read(path))
+    assert resumed.did == [("admit", (3,), 2)]

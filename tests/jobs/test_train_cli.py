@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from ring_actors.algorithms import ALGORITHMS
 from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import load_config
 from ring_actors.data.sources import dataset_facts
-from tests.conftest import DATA_ROOT, needs_data
+from tests.conftest import DATA_ROOT, needs_data, small_config
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = "jobs/configs/paper/drdfl-cifar10-dir0.1.yaml"
@@ -125,3 +127,36 @@ def test_dry_run_sizes_a_lap_methods_token():
     token = re.search(r"ring lap:  'average', ([\d.]+) MB per token hop", out)
     assert token and abs(float(token.group(1)) - model / 1e6) < 0.01  # the model, and a weight
     assert not imported_ray
+
+
+def test_a_run_whose_clients_all_crashed_says_what_it_did_without_rays_oom_notice(
+    ray_local, tmp_path
+):
+    """Ray's notice of a dead worker blames the OOM killer; the run caused these crashes and
+    handled them, and its own lines say so. Its last line counts what was done."""
+    config = small_config(
+        tmp_path,
+        "clients.count=3",
+        "data.dataset=fashion-mnist-sample",
+        "algorithm.name=fedavg",
+        "experiment.rounds=4",
+        "faults=[{at_round: 2, crash: [0, 1, 2]}]",  # every client, once it finished round 1
+    )
+    config_file, run_dir = tmp_path / "run.yaml", tmp_path / "run"
+    config_file.write_text(yaml.safe_dump(config.to_dict()))
+    command = [sys.executable, "-m", "jobs.train", "--config", str(config_file), "--no-progress"]
+    done = subprocess.run(
+        [*command, "--output-dir", str(run_dir)],
+        cwd=REPO,
+        env={**os.environ, "RAY_ADDRESS": ray_local.get_runtime_context().gcs_address},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "run stopped: no client can go on" in out, out
+    assert "A worker died or was killed" not in out
+    assert all(f"crash: client {c} crashed" in out for c in range(3))  # the run's own lines
+    rounds = json.loads((run_dir / "summary.json").read_text())["rounds_completed"]
+    assert rounds >= 1 and f"fedavg on fashion-mnist-sample: {rounds} of 4 rounds" in out
+    assert "MB per hop" not in out and "MB sent per client-round" in out  # no hop counted

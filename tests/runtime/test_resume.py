@@ -5,6 +5,10 @@ async mode, where what a client merges depends on timing, every lap is still who
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 import torch
+import yaml
 from torch import nn
 
 from ring_actors.preflight.output_folder import RunFolderError
@@ -167,6 +172,57 @@ def test_a_run_whose_driver_died_resumes_to_the_same_result(ray_local, tmp_path,
         for key, tensor in state.items():
             assert torch.allclose(tensor, got[client][key], atol=1e-6), (client, key)
     assert whole["local_acc"]["per_client"] == pytest.approx(resumed["local_acc"]["per_client"])
+
+
+JOIN_PLAN = "faults=[{at_round: 1, crash: [2]}, {at_round: 2, join: 1}]"  # client 3 joins
+
+
+def test_a_run_resumes_after_its_join_and_ends_as_if_never_interrupted(ray_local, tmp_path):
+    """The driver of a run whose plan crashed a client and spliced one in is killed (kill -9)
+    once the joiner trained: the resumed run keeps the joiner as a member, applies neither
+    entry again, and ends with the uninterrupted run's results."""
+    config = small_config(
+        tmp_path,
+        f"clients.count={CLIENTS}",
+        "data.dataset=fashion-mnist-sample",
+        "algorithm.name=fedavg",
+        "experiment.rounds=5",
+        JOIN_PLAN,
+    )
+    whole = run_experiment(config, tmp_path / "whole", progress=False)
+
+    config_file, run_dir, log = tmp_path / "run.yaml", tmp_path / "cut", tmp_path / "driver.log"
+    config_file.write_text(yaml.safe_dump(config.to_dict()))
+    command = [sys.executable, "-m", "jobs.train", "--config", str(config_file)]
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [*command, "--output-dir", str(run_dir), "--no-progress"],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while saved_rounds(run_dir).get(3, -1) < 2:  # the joiner trained its first round
+            assert driver.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)  # Ray ends the actors of a driver that died
+        driver.wait()
+    assert json.loads((run_dir / "summary.json").read_text())["partial"] is True
+
+    resumed = run_experiment(config, run_dir, progress=False, resume=True)
+    assert resumed["rounds_completed"] == 5 and resumed["events"]["joins"] == 1
+    assert resumed["ring_order"] == whole["ring_order"]  # the joiner in, the crashed one out
+    rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
+    assert sorted({r["round"] for r in rows if r["client"] == 3}) == [2, 3, 4]
+    # The survivors' results; the crashed client's last report dies with it or not by timing.
+    for key in ("local_acc", "global_acc"):
+        got, expected = resumed[key]["per_client"], whole[key]["per_client"]
+        for client in map(str, whole["ring_order"]):
+            assert got[client] == pytest.approx(expected[client]), (key, client)
 
 
 def test_resuming_a_directory_without_a_run_is_refused(ray_local, tmp_path):

@@ -1,5 +1,6 @@
 """Nodes started by hand join only with the cluster's token, and the dashboard answers only
-the token's holder, on the loopback address: the recipe in docs/cluster.md, on two nodes of one machine."""
+the token's holder, on the loopback address: the recipe in docs/cluster.md, on two nodes of
+one machine."""
 
 from __future__ import annotations
 

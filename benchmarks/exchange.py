@@ -1,0 +1,312 @@
+"""What the exchange costs apart from training: one hop by phase, a lap of N members beside
+the bound of a bandwidth-optimal ring all-reduce, and the framework's CPU per client-round.
+
+    python -m benchmarks.exchange --parts hop lap overhead --sizes-mb 1 8 43 100 \\
+        --members 2 4 8 16 32 --clients 8 16 32 --json benchmarks/results/exchange.json
+
+hop: a payload of float32 tensors (4 MiB each at most) goes from this process to a receiver
+actor on the node, which takes it as a client does (``PeerAnswers.receive``). Each phase is
+timed on the node's monotonic clock, which all its processes share: encode (``to_wire``),
+transfer (from the call to the receiver's first line: Ray's serialisation into the object
+store and the fetch), rebuild and finiteness (``from_wire``, which checks the values as it
+copies them: rebuild is a plain copy of the same bytes, timed after the hop, and finiteness
+the rest), validation (``validate``, the bounds, the names, shapes and dtypes), spool
+(``Spool.keep``, what a checkpointing receiver writes before it acknowledges), queue
+(``Inbox.put``) and ack (the answer back). Beside it: a bare actor call carrying the same
+bytes, and a copy of them in memory. Phases are means over the repeats, as is the whole.
+
+lap: the ``cnn`` and ResNet-18 states as every member's contribution to one lap among N client
+cores, in process and on Ray actors, beside the bound T = 2(N-1)·a + 2(N-1)/N·M/B with a and
+B measured in the same run (``benchmarks/exchange_lap.py``).
+
+overhead: ``run_experiment`` of each method with tiny training (``--samples`` per client, one
+epoch), Ray started by the run. The CPU seconds of this process and every process below it
+(``common.tree_cpu_s``: Ray's, the actors'), less the training the clients report
+(``train_cpu_s``), per client-round; with two round counts, also the difference between the
+two runs per client-round added, which leaves the launch out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from benchmarks.common import RESULTS, markdown_table, tree_cpu_s, write_json
+from benchmarks.exchange_lap import MIB, laps_in_process, laps_on_ray, timed_ms
+from ring_actors.config import config_from_dict
+from ring_actors.delivery.inbox import Inbox
+from ring_actors.delivery.payload_checks import HEADROOM_BYTES, Bounds, check_tensors, specs
+from ring_actors.delivery.payloads import Channel, Payload
+from ring_actors.delivery.spool import Spool
+from ring_actors.delivery.wire import WirePayload, from_wire, to_wire
+
+PHASES = ("encode", "transfer", "rebuild", "finiteness", "validation", "spool", "queue", "ack")
+
+
+# ---- hop ------------------------------------------------------------------------------------
+
+
+def payload_of(mb: float, seq: int = 0) -> Payload:
+    """``mb`` MiB of float32 in tensors of 4 MiB at most, like a model's largest layers."""
+    tensors, left = {}, int(mb * MIB) // 4
+    while left > 0:
+        tensors[f"t{len(tensors)}"] = torch.randn(min(left, MIB))
+        left -= MIB
+    return Payload(0, 0, 0, seq, tensors, num_samples=1)
+
+
+@ray.remote(num_cpus=0)
+class HopReceiver:
+    """Takes a payload as a client does, stamping each step on the node's monotonic clock."""
+
+    def __init__(self, spool_dir: str) -> None:
+        torch.set_num_threads(1)
+        self.spool, self.inbox = Spool(Path(spool_dir)), Inbox()
+        self.bounds = Bounds(rounds=1, epoch_lead=0)
+        self.expected: dict = {}
+        self.limit = 0
+        self.last: WirePayload | None = None
+
+    def expect(self, expected: dict, limit: int) -> None:
+        self.expected, self.limit = expected, limit
+
+    def bare(self, data: np.ndarray) -> int:
+        return int(data.size)
+
+    def receive(self, wire: WirePayload) -> dict[str, float]:
+        stamps = {"arrived": time.monotonic()}
+        payload = from_wire(wire, self.limit)
+        stamps["rebuilt"] = time.monotonic()
+        payload.validate(None, self.limit)
+        self.bounds.check(payload, 0)
+        check_tensors(payload, self.expected)
+        stamps["validated"] = time.monotonic()
+        self.spool.keep(payload)
+        stamps["spooled"] = time.monotonic()
+        self.inbox.put(payload)
+        stamps["queued"] = time.monotonic()
+        self.last = wire
+        return stamps
+
+    def copy_ms(self) -> float:
+        """A plain copy of the last payload's bytes into new tensors: the rebuild alone."""
+        assert self.last is not None
+        started = time.monotonic()
+        for wired in self.last.tensors.values():
+            tensor = torch.empty(wired.shape, dtype=getattr(torch, wired.dtype))
+            np.copyto(tensor.view(-1).view(torch.uint8).numpy(), wired.data)
+        return (time.monotonic() - started) * 1000
+
+    def reset(self) -> None:
+        self.inbox.take(Channel.SHARE)
+        self.spool.retain(())
+        self.last = None
+
+
+def hop_row(receiver: Any, mb: float, repeats: int) -> dict[str, Any]:
+    payload = payload_of(mb)
+    ray.get(receiver.expect.remote(specs(payload.tensors), payload.nbytes + HEADROOM_BYTES))
+    runs: list[dict[str, float]] = []
+    for rep in range(repeats + 1):  # the first one warms up
+        sent_payload = replace(payload, seq=rep)
+        started = time.monotonic()
+        wire = to_wire(sent_payload)
+        sent = time.monotonic()
+        stamps = ray.get(receiver.receive.remote(wire))
+        acked = time.monotonic()
+        copy_ms = ray.get(receiver.copy_ms.remote())
+        ray.get(receiver.reset.remote())
+        from_wire_ms = (stamps["rebuilt"] - stamps["arrived"]) * 1000
+        rebuild_ms = min(copy_ms, from_wire_ms)
+        ms = {
+            "encode": sent - started,
+            "transfer": stamps["arrived"] - sent,
+            "validation": stamps["validated"] - stamps["rebuilt"],
+            "spool": stamps["spooled"] - stamps["validated"],
+            "queue": stamps["queued"] - stamps["spooled"],
+            "ack": acked - stamps["queued"],
+            "whole": acked - started,
+        }
+        ms = {k: v * 1000 for k, v in ms.items()}
+        ms.update(rebuild=rebuild_ms, finiteness=from_wire_ms - rebuild_ms)
+        if rep:
+            runs.append(ms)
+    data = np.zeros(payload.nbytes, np.uint8)
+    bare, copies = [], []
+    for _ in range(repeats):
+        bare.append(timed_ms(lambda: ray.get(receiver.bare.remote(data))))
+        flat = torch.empty(payload.nbytes, dtype=torch.uint8)
+        copies.append(timed_ms(lambda flat=flat: torch.empty_like(flat).copy_(flat)))
+    return {
+        "part": "hop",
+        "mb": mb,
+        "repeats": repeats,
+        "whole_ms": statistics.fmean(r["whole"] for r in runs),
+        "whole_median_ms": statistics.median(r["whole"] for r in runs),
+        "phases_ms": {p: statistics.fmean(r[p] for r in runs) for p in PHASES},
+        "bare_ray_ms": statistics.median(bare),
+        "memcpy_ms": statistics.median(copies),
+    }
+
+
+# ---- overhead -------------------------------------------------------------------------------
+
+
+def overhead_run(
+    method: str, clients: int, rounds: int, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    from ring_actors.runtime.driver import run_experiment
+
+    config = config_from_dict(
+        {
+            "experiment": {"name": "exchange", "seed": 0, "rounds": rounds},
+            "data": {
+                "dataset": args.dataset,
+                "max_train_per_client": args.samples,
+                "partition": {"kind": "iid"},
+            },
+            "clients": {"count": clients, "num_cpus": args.cores / clients, "local_epochs": 1},
+            "algorithm": {"name": method},
+            "eval": {"every": rounds, "global_max_samples": 100},
+            "tracking": {"uri": f"sqlite:///{out / 'mlflow.db'}"},
+        }
+    )
+    before = tree_cpu_s()
+    started = time.monotonic()
+    summary = run_experiment(config, out / "run", progress=False)
+    wall_s = time.monotonic() - started
+    cpu_s = tree_cpu_s() - before  # Ray still up: its processes are read, not lost
+    ray.shutdown()
+    rows = pq.read_table(out / "run" / "metrics.parquet").to_pylist()
+    train_cpu_s = sum(r.get("train_cpu_s") or 0.0 for r in rows)
+    return {
+        "rounds": rounds,
+        "rounds_completed": summary["rounds_completed"],
+        "wall_s": wall_s,
+        "cpu_s": cpu_s,
+        "train_cpu_s": train_cpu_s,
+        "core_s_per_client_round": (cpu_s - train_cpu_s) / (clients * rounds),
+    }
+
+
+def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path) -> dict:
+    runs = [
+        overhead_run(method, clients, rounds, args, tmp / f"{method}-{clients}-{rounds}")
+        for rounds in args.rounds
+    ]
+    row = {"part": "overhead", "method": method, "clients": clients, "runs": runs}
+    row["core_s_per_client_round"] = runs[-1]["core_s_per_client_round"]
+    row["added_core_s_per_client_round"] = None
+    if len(runs) > 1:
+        first, last = runs[0], runs[-1]
+        beyond = (last["cpu_s"] - last["train_cpu_s"]) - (first["cpu_s"] - first["train_cpu_s"])
+        row["added_core_s_per_client_round"] = beyond / (
+            clients * (last["rounds"] - first["rounds"])
+        )
+    return row
+
+
+# ---- driver ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.exchange", description=__doc__)
+    parser.add_argument("--parts", nargs="+", choices=("hop", "lap", "overhead"),
+                        default=["hop", "lap", "overhead"])  # fmt: skip
+    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 8, 43, 100])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--members", type=int, nargs="+", default=[2, 4, 8, 16, 32])
+    parser.add_argument("--backbones", nargs="+", default=["cnn", "resnet18"])
+    parser.add_argument("--where", nargs="+", choices=("in process", "ray"),
+                        default=["in process", "ray"])  # fmt: skip
+    parser.add_argument("--clients", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--methods", nargs="+", default=["dfedavg", "drdfl", "fedavg"])
+    parser.add_argument("--rounds", type=int, nargs="+", default=[3, 9],
+                        help="one count, or two: their difference leaves launch out")  # fmt: skip
+    parser.add_argument("--samples", type=int, default=32, help="training samples per client")
+    parser.add_argument("--dataset", default="fashion-mnist-sample")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--json", type=Path, default=RESULTS / "exchange.json")
+    args = parser.parse_args(argv)
+    if len(args.rounds) > 2 or sorted(args.rounds) != args.rounds or min(args.rounds) < 1:
+        parser.error(f"--rounds: one count or two ascending counts >= 1, got {args.rounds}")
+    return args
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    parts = []
+    hops = [r for r in rows if r["part"] == "hop"]
+    if hops:
+        header = ["MiB", "whole ms", *PHASES, "bare Ray ms", "memcpy ms"]
+        parts.append(markdown_table(header, [
+            [r["mb"], r["whole_ms"], *(r["phases_ms"][p] for p in PHASES), r["bare_ray_ms"],
+             r["memcpy_ms"]] for r in hops]))  # fmt: skip
+    laps = [r for r in rows if r["part"] == "lap"]
+    if laps:
+        header = ["where", "state", "N", "MiB", "lap ms", "bound ms", "a ms", "B GB/s", "done"]
+        parts.append(markdown_table(header, [
+            [r["where"], r["backbone"], r["members"], r["mb"], r["lap_ms"], r["bound_ms"],
+             f"{r['a_ms']:.3f}", r["B_gb_per_s"], r["finished"]] for r in laps]))  # fmt: skip
+    costs = [r for r in rows if r["part"] == "overhead"]
+    if costs:
+        header = ["method", "clients", "core-s per client-round", "added per client-round"]
+        parts.append(markdown_table(header, [
+            [r["method"], r["clients"], f"{r['core_s_per_client_round']:.3f}",
+             _or_none(r["added_core_s_per_client_round"])] for r in costs]))  # fmt: skip
+    return "\n\n".join(parts)
+
+
+def _or_none(value: float | None) -> str | None:
+    return None if value is None else f"{value:.3f}"
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    args = parse_args(argv)
+    rows: list[dict[str, Any]] = []
+
+    def keep(row: dict[str, Any]) -> None:
+        rows.append(row)
+        write_json(args.json, rows)  # after each row: a later failure keeps what finished
+
+    if {"hop", "lap"} & set(args.parts):
+        ray.init(address="local", num_cpus=args.cores, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)  # fmt: skip
+        try:
+            if "hop" in args.parts:
+                with tempfile.TemporaryDirectory(prefix="exchange-spool-") as spool:
+                    receiver = HopReceiver.remote(spool)
+                    for mb in args.sizes_mb:
+                        keep(hop_row(receiver, mb, args.repeats))
+                    ray.kill(receiver)
+            if "lap" in args.parts:
+                for backbone in args.backbones:
+                    for members in args.members:
+                        if "in process" in args.where:
+                            keep(laps_in_process(backbone, members, args.repeats))
+                        if "ray" in args.where:
+                            keep(laps_on_ray(backbone, members, args.repeats))
+        finally:
+            ray.shutdown()
+    if "overhead" in args.parts:
+        with tempfile.TemporaryDirectory(prefix="exchange-overhead-") as tmp:
+            for method in args.methods:
+                for clients in args.clients:
+                    keep(overhead_row(method, clients, args, Path(tmp)))
+    print(table(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

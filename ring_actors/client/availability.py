@@ -1,0 +1,105 @@
+"""A client's time budget and off periods, on the run's clock.
+
+The coordinator starts the run's clock once; every client takes it as its round loop begins,
+a restarted one, a resumed one and a joiner included. The time budget and the off periods of
+the availability model (``heterogeneity``) are seconds of the run, not of the client's own
+loop: a client back from a restart gets no fresh budget and does not live its off periods
+again, and those over before its loop began are none of its own.
+
+An off period takes effect at the first round boundary at or after its start: the round in
+progress is not cut (its laps and pushes are what its peers wait for); the client leaves
+right after it and stays off for the rest of the period. A period that begins and ends inside
+one round is over by then, and one begun in the last round has no round to leave after: each
+is recorded all the same, as an ``offline`` event of 0 s carrying its span, and not applied.
+Leaving and coming back are calls with a deadline (``timeouts.client_control_s``); one left
+unanswered is logged and the client goes on: a coordinator that missed the leave kept waiting
+for it, and one that missed the come-back bypasses it as hung once it is overdue, until its
+next report splices it in again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+
+from ring_actors.client.state import ClientState
+from ring_actors.delivery.event_kinds import EventKind
+from ring_actors.delivery.transport import PeerGone, PeerUnavailable
+
+log = logging.getLogger(__name__)
+
+UNANSWERED = (TimeoutError, PeerGone, PeerUnavailable)  # a call the coordinator did not answer
+
+
+class Availability(ClientState):
+    """The run's clock and the off periods; mixed into :class:`ClientCore`."""
+
+    def _take_run_clock(self) -> None:
+        """Anchor this process's clock to the run's, and skip the off periods already over.
+        A client with no coordinator to ask (alone, in a test) counts from now."""
+        elapsed_s = 0.0
+        if self.run_clock is not None:
+            elapsed_s = self.run_clock().result(self.timeouts.client_control_s)
+        self.run_started_at = time.monotonic() - elapsed_s
+        periods = self.hetero.offline_periods(self.id)
+        self.next_period = 0
+        while self.next_period < len(periods) and periods[self.next_period][1] <= elapsed_s:
+            self.next_period += 1
+
+    def _run_s(self) -> float:
+        """Seconds of the run so far."""
+        return time.monotonic() - self.run_started_at
+
+    def _time_left(self) -> float:
+        """Seconds of the run's time budget left (inf without a budget)."""
+        budget = self.config.experiment.time_budget_s
+        return math.inf if budget is None else budget - self._run_s()
+
+    def _away_if_due(self, round_: int) -> int:
+        """At a round boundary: record each off period begun since the last one and over,
+        and go offline for the rest of one under way. The round to run next."""
+        for start, end in self._begun():
+            rest_s = end - self._run_s()
+            if rest_s > 0:
+                round_ = self._go_offline(round_, rest_s)
+            else:
+                self._not_applied(start, end)
+        return round_
+
+    def _rounds_over(self) -> None:
+        """The off periods begun during the last round, recorded: no round is left to
+        leave after."""
+        for start, end in self._begun():
+            self._not_applied(start, end)
+
+    def _begun(self) -> Iterator[tuple[float, float]]:
+        """The off periods begun by now and not yet handed out, each handed out once."""
+        periods = self.hetero.offline_periods(self.id)
+        while self.next_period < len(periods) and periods[self.next_period][0] <= self._run_s():
+            self.next_period += 1
+            yield periods[self.next_period - 1]
+
+    def _not_applied(self, start: float, end: float) -> None:
+        detail = f"{start:.2f}-{end:.2f} s of the run, begun during round {self.round}"
+        self.event(EventKind.OFFLINE, self.round, detail, duration_s=0.0, from_s=start, to_s=end)
+
+    def _go_offline(self, round_: int, off_s: float) -> int:
+        """Leave the ring for ``off_s`` (the model, data and pending sends stay here; never
+        past the time budget) and come back. The round to run next: the ring may have moved
+        on while this client was away."""
+        try:
+            self.control.leave(self.id, self.completed, off_s)
+        except UNANSWERED as err:
+            log.warning("client %d: leave unanswered (%r); offline all the same", self.id, err)
+        time.sleep(max(0.0, min(off_s, self._time_left())))
+        try:
+            back = self.control.come_back(self.id, self.completed)
+        except UNANSWERED as err:
+            log.warning("client %d: come-back unanswered (%r); going on", self.id, err)
+            return round_
+        if back is None:  # nobody left to rejoin: go on alone
+            return round_
+        self.set_view(back.view, back.handles)
+        return max(round_, back.first_round)

@@ -1,0 +1,373 @@
+"""The chunked lap: the bandwidth-optimal ring all-reduce (Patarasuk and Yuan, 2009), for laps
+whose bytes outweigh their hops' latency.
+
+The N participants (the members that run the round, in ring order, as the view of the
+attempt's epoch has them) cut their contributions alike into N chunks, every tensor by element
+ranges. At step s the participant at position p sends chunk (p - s) mod N to the next one.
+In steps 0..N-2 (reduce-scatter) the receiver adds its own part of the chunk, so after them
+position p holds chunk (p + 1) mod N summed over everyone; in steps N-1..2N-3 (all-gather)
+the finished chunks go round once more. Each participant sends 2(N-1) messages of M/N bytes
+and all send at once, where a whole-model token visits the members one after another twice.
+
+What the token lap guarantees holds here too:
+
+- exact, over one contributor set: a member assembles a total only from chunks whose
+  contributors, names and shapes agree, and refuses them otherwise (the leader's next attempt
+  starts again) rather than mix;
+- one total everywhere: the attempts of one epoch add the same parts in the same order, so
+  they are interchangeable; a new epoch starts a new attempt over its own view (a member that
+  died is left out), or a single token when two members are left; a member holding a total
+  never joins another attempt and hands its total round the ring instead (``RingLaps``), so
+  no second total can complete among the living;
+- nothing circles: a chunk of a dead epoch or an older attempt is dropped, and each
+  participant sends each step of an attempt once.
+
+A lap goes in chunks when its leader's contribution is at least ``CHUNK_MIN_BYTES`` and three
+members or more run the round. A member whose own contribution is as large starts at once; any
+other joins when a chunk reaches it; a leader that sends one token ignores chunks, so an
+attempt some members began without it never finishes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from ring_actors.delivery.event_kinds import EventKind
+from ring_actors.delivery.payloads import Channel, LapHeader, Payload
+from ring_actors.delivery.view import View
+
+if TYPE_CHECKING:
+    from ring_actors.client.ring_lap import LapHost
+
+# Below this many bytes of contribution a lap goes round as one token: a chunk then saves
+# less time on the wire than its 2(N-1) hops' latency costs.
+CHUNK_MIN_BYTES = 64 * 2**10
+# A chunk message's ``seq`` is (step + 1) * SEQ_PER_STEP + attempt: one key per step of each
+# attempt of its sender, apart from a whole token's (its attempt, far below).
+SEQ_PER_STEP = 2**32
+
+Tensors = dict[str, torch.Tensor]
+Shapes = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def is_chunk(payload: Payload) -> bool:
+    """A chunked lap's message (anything but the default -1 there; the rest is checked)."""
+    return payload.lap is not None and payload.lap.chunk != -1
+
+
+def chunk_of(payload: Payload, name: str, round_: int, epoch: int) -> bool:
+    """A chunk of lap ``name`` in ``round_`` of ``epoch`` or before (a later epoch's waits
+    for the view that brings it)."""
+    return (
+        payload.channel == Channel.LAP
+        and is_chunk(payload)
+        and payload.lap.name == name
+        and payload.round == round_
+        and payload.lap.epoch <= epoch
+    )
+
+
+def shapes_of(tensors: Tensors) -> Shapes:
+    return tuple(sorted((k, tuple(v.shape)) for k, v in tensors.items()))
+
+
+def piece_range(shape: tuple[int, ...], chunk: int, chunks: int) -> tuple[int, int]:
+    """The elements of a tensor of ``shape`` that chunk ``chunk`` of ``chunks`` holds."""
+    numel = math.prod(shape)
+    return chunk * numel // chunks, (chunk + 1) * numel // chunks
+
+
+def cut(contribution: Tensors, chunks: int) -> list[Tensors]:
+    """Every tensor flattened and cut into ``chunks`` element ranges, alike on every member."""
+    flat = {k: v.detach().reshape(-1) for k, v in contribution.items()}
+    parts: list[Tensors] = []
+    for chunk in range(chunks):
+        part = {}
+        for key, value in flat.items():
+            low, high = piece_range(tuple(value.shape), chunk, chunks)
+            part[key] = value[low:high]
+        parts.append(part)
+    return parts
+
+
+def add_part(received: Tensors, mine: Tensors) -> Tensors:
+    """The received partial sum plus this member's part, added on the device that holds the
+    part: a GPU client's state never leaves its device for the addition."""
+    total = dict(received)
+    for key, value in mine.items():
+        held = total.get(key)
+        total[key] = value.clone() if held is None else held.to(value.device) + value
+    return total
+
+
+def well_typed(header: LapHeader) -> bool:
+    """The chunk fields are ints and the shapes a tuple of (name, sizes) pairs."""
+    ints = all(isinstance(n, int) and not isinstance(n, bool) for n in (header.chunk, header.step))
+    return (
+        ints
+        and isinstance(header.shapes, tuple)
+        and all(
+            isinstance(entry, tuple)
+            and len(entry) == 2
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], tuple)
+            and all(isinstance(n, int) and n >= 0 for n in entry[1])
+            for entry in header.shapes
+        )
+    )
+
+
+def misfit(header: LapHeader, tensors: Tensors, chunks: int) -> str | None:
+    """Why a chunk's pieces do not match its (well-typed) header; None when each is the flat
+    piece of its chunk of a tensor of the shape the header gives."""
+    shapes = dict(header.shapes)
+    if len(shapes) != len(header.shapes) or set(shapes) != set(tensors):
+        return f"its pieces {sorted(tensors)[:3]} do not match its shapes"
+    for key, piece in tensors.items():
+        low, high = piece_range(shapes[key], header.chunk, chunks)
+        if piece.dim() != 1 or piece.numel() != high - low:
+            return f"{key!r} is not chunk {header.chunk} of {chunks} of a {shapes[key]} tensor"
+    return None
+
+
+def disagreement(header: LapHeader, tensors: Tensors, own: Shapes, mine: Tensors) -> str | None:
+    """Why this member's part cannot be added into a chunk (a shape or dtype that differs
+    would broadcast or cast silently); None when it fits."""
+    shapes, own_shapes = dict(header.shapes), dict(own)
+    for key, value in mine.items():
+        if key in shapes and shapes[key] != own_shapes[key]:
+            return f"{key!r} is {shapes[key]} in the chunk, {own_shapes[key]} here"
+        held = tensors.get(key)
+        if held is not None and held.dtype != value.dtype:
+            return f"{key!r} is {held.dtype} in the chunk, {value.dtype} here"
+    return None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A finished chunk: every contributor's part of it, summed."""
+
+    tensors: Tensors
+    contributors: tuple[int, ...]
+    shapes: Shapes
+
+
+@dataclass
+class Attempt:
+    """One all-reduce over the ring of one epoch, as this member takes part in it."""
+
+    epoch: int
+    number: int
+    leader: int
+    ring: tuple[int, ...]
+    taken: set[int] = field(default_factory=set)  # the steps received
+    finished: dict[int, Chunk] = field(default_factory=dict)
+    refused: bool = False  # its chunks disagreed: only a later attempt can finish
+
+
+class ChunkedLap:
+    """One member's side of one lap's chunked attempts, for the length of a ``RingLaps.run``.
+
+    Runs on the training thread only; what the actor thread does with chunks (a member that
+    holds the total hands it round) is ``RingLaps.on_receive``'s.
+    """
+
+    def __init__(
+        self, host: LapHost, name: str, round_: int, contribution: Tensors, min_bytes: int
+    ) -> None:
+        self.host, self.name, self.round = host, name, round_
+        self.contribution = contribution
+        self.own_shapes = shapes_of(contribution)
+        size = sum(v.numel() * v.element_size() for v in contribution.values())
+        self.large = bool(contribution) and size >= min_bytes
+        self.attempt: Attempt | None = None
+        self.parts: dict[int, list[Tensors]] = {}  # this member's parts, by ring size
+
+    def ring(self, view: View) -> tuple[int, ...]:
+        """The participants: the members that run the round."""
+        return view.active(self.round)
+
+    def wanted(self, view: View) -> bool:
+        """Whether this member, leading ``view``'s lap, would send chunks (and so starts
+        an attempt of its own at once)."""
+        ring = self.ring(view)
+        return self.large and len(ring) >= 3 and self.host.id in ring
+
+    def current(self, epoch: int) -> Attempt | None:
+        """This member's attempt of ``epoch``, if it took part in one."""
+        attempt = self.attempt
+        return attempt if attempt is not None and attempt.epoch == epoch else None
+
+    def start_due(self, view: View, leader: int | None, retry: bool, restart: bool) -> bool:
+        """Start ``view``'s first attempt at once; as its leader, a next one on ``retry``
+        (the last has not finished in time). ``restart``: the leader led one before, which
+        is reported. True if one was started."""
+        attempt = self.current(view.epoch)
+        leading = leader == self.host.id
+        if leader is None or (attempt is not None and not (leading and retry)):
+            return False
+        number = 0 if attempt is None else attempt.number + 1
+        if leading and restart:
+            detail = f"lap {self.name!r}, attempt {number} in chunks, epoch {view.epoch}"
+            self.host.event(EventKind.LAP_RESTARTED, self.round, detail)
+        self.start(view, leader, number)
+        return True
+
+    def start(self, view: View, leader: int, number: int) -> None:
+        """Take part in attempt ``number`` of ``view``'s epoch: send this member's own chunk."""
+        ring = self.ring(view)
+        self.attempt = attempt = Attempt(view.epoch, number, leader, ring)
+        position = ring.index(self.host.id)
+        part = {k: v.clone() for k, v in self._parts(len(ring))[position].items()}
+        contributors = (self.host.id,) if self.contribution else ()
+        self._send(attempt, 0, position, part, contributors, self.own_shapes)
+
+    def origin(self) -> tuple[int, int, int]:
+        """The current attempt's leader, epoch and number (the one ``take`` finished)."""
+        attempt = self.attempt
+        assert attempt is not None
+        return attempt.leader, attempt.epoch, attempt.number
+
+    def take(
+        self, message: Payload, view: View, leader: int | None
+    ) -> tuple[Tensors, tuple[int, ...]] | None:
+        """Add into, keep and pass on one chunk; the total and its contributors once every
+        chunk is here, None until then or if the message does not belong."""
+        header = message.lap
+        assert header is not None  # a lap channel's
+        ring = self.ring(view)
+        me = self.host.id
+        if not well_typed(header):
+            self._refuse("its chunk fields are malformed")
+            return None
+        if (
+            header.epoch != view.epoch
+            or header.leader != leader
+            or (leader == me and not self.wanted(view))  # this lap goes as one token
+            or me not in ring
+            or message.sender not in ring
+        ):
+            return None
+        chunks, position = len(ring), ring.index(me)
+        previous = ring.index(message.sender)
+        in_order = message.sender == ring[position - 1] and 0 <= header.step <= 2 * chunks - 3
+        if not in_order or header.chunk != (previous - header.step) % chunks:
+            return None  # re-routed by a view change, or not of this ring: its epoch restarts
+        wrong = misfit(header, message.tensors, chunks)
+        if wrong is not None:
+            self._refuse(wrong)
+            return None
+        attempt = self._join(view, leader, header.attempt)
+        if attempt is None or attempt.refused or header.step in attempt.taken:
+            return None
+        attempt.taken.add(header.step)
+        chunk = Chunk(message.tensors, header.contributors, header.shapes)
+        if header.step <= chunks - 2:  # reduce-scatter: this member's part goes in
+            chunk = self._add(chunk, header)
+            if chunk is None:
+                return None
+            if header.step == chunks - 2:
+                attempt.finished[header.chunk] = chunk
+            self._send(attempt, header.step + 1, header.chunk, *_fields(chunk))
+        else:  # all-gather: a finished chunk passes by
+            attempt.finished[header.chunk] = chunk
+            if header.step < 2 * chunks - 3:
+                self._send(attempt, header.step + 1, header.chunk, *_fields(chunk))
+        return self._assemble(attempt) if len(attempt.finished) == chunks else None
+
+    # ---- the parts ----------------------------------------------------------------------
+
+    def _parts(self, chunks: int) -> list[Tensors]:
+        if chunks not in self.parts:
+            self.parts[chunks] = cut(self.contribution, chunks)
+        return self.parts[chunks]
+
+    def _join(self, view: View, leader: int | None, number: int) -> Attempt | None:
+        """The attempt a chunk belongs to, joined now if it is new; None if it is older."""
+        attempt = self.current(view.epoch)
+        if attempt is not None and number <= attempt.number:
+            return attempt if number == attempt.number else None
+        assert leader is not None  # a ring of three or more has one
+        self.start(view, leader, number)
+        return self.attempt
+
+    def _add(self, chunk: Chunk, header: LapHeader) -> Chunk | None:
+        """The chunk with this member's part in it; None (refused) if it cannot go in."""
+        if not self.contribution:  # takes part without contributing: it only passes on
+            return chunk
+        if self.host.id in chunk.contributors:
+            self._refuse("it holds this member's part already")
+            return None
+        mine = self._parts(len(self.attempt.ring))[header.chunk]
+        wrong = disagreement(header, chunk.tensors, self.own_shapes, mine)
+        if wrong is not None:
+            self._refuse(wrong)
+            return None
+        shapes = tuple(sorted((dict(chunk.shapes) | dict(self.own_shapes)).items()))
+        tensors = add_part(chunk.tensors, mine)
+        return Chunk(tensors, (*chunk.contributors, self.host.id), shapes)
+
+    def _assemble(self, attempt: Attempt) -> tuple[Tensors, tuple[int, ...]] | None:
+        """The total from every finished chunk, if they agree on who, what and how shaped;
+        on the host, as a token lap's total is (a checkpoint and a peer's fetch take it)."""
+        chunks = [attempt.finished[c] for c in range(len(attempt.ring))]
+        who = {frozenset(c.contributors) for c in chunks}
+        names = {frozenset(c.tensors) for c in chunks}
+        shapes = {c.shapes for c in chunks}
+        if len(who) != 1 or len(names) != 1 or len(shapes) != 1:
+            attempt.refused = True
+            self._refuse(f"its chunks disagree: contributors {sorted(map(sorted, who))}")
+            return None
+        (contributed,) = who
+        total = {
+            key: torch.cat([c.tensors[key].to("cpu") for c in chunks]).reshape(shape)
+            for key, shape in chunks[0].shapes
+        }
+        return total, tuple(m for m in attempt.ring if m in contributed)
+
+    # ---- sending ------------------------------------------------------------------------
+
+    def _send(
+        self,
+        attempt: Attempt,
+        step: int,
+        chunk: int,
+        tensors: Tensors,
+        contributors: tuple[int, ...],
+        shapes: Shapes,
+    ) -> None:
+        ring = attempt.ring
+        successor = ring[(ring.index(self.host.id) + 1) % len(ring)]
+        header = LapHeader(
+            self.name,
+            attempt.leader,
+            attempt.number,
+            attempt.epoch,
+            contributors=contributors,
+            chunk=chunk,
+            step=step,
+            shapes=shapes,
+        )
+        self.host.send(
+            successor,
+            Payload(
+                sender=self.host.id,
+                round=self.round,
+                epoch=attempt.epoch,
+                seq=(step + 1) * SEQ_PER_STEP + attempt.number,
+                tensors=tensors,
+                channel=Channel.LAP,
+                lap=header,
+            ),
+        )
+
+    def _refuse(self, why: str) -> None:
+        self.host.event(EventKind.LAP_TOKEN_REFUSED, self.round, f"lap {self.name!r}: {why}")
+
+
+def _fields(chunk: Chunk) -> tuple[Tensors, tuple[int, ...], Shapes]:
+    return chunk.tensors, chunk.contributors, chunk.shapes

@@ -1,0 +1,143 @@
+"""Members away and back: offline for an off period of the availability model, restarted
+after a crash, or bypassed as hung and heard from again.
+
+An offline member is out of the views (nobody waits for it) but not written off: it keeps its
+place in the ring order, the health checks leave it alone, and the run goes on while it is
+away, even with every member away at once, until the first comes back. Two things end that
+wait: no member due back before the time budget ends (the run stops, saying so), and a member
+overdue by the stall limit (bypassed as hung; the last one gone stops the run).
+"""
+
+from __future__ import annotations
+
+import random
+
+from ring_actors.coordinator.membership import MemberState
+from ring_actors.coordinator.state import CoordinatorState
+from ring_actors.delivery.event_kinds import EventKind
+from ring_actors.delivery.transport import ClientHandle, Readmission
+
+
+class Availability(CoordinatorState):
+    """Leaving and coming back; mixed into :class:`CoordinatorCore`."""
+
+    def run_elapsed_s(self) -> float:
+        """Seconds of the run so far, on the clock the coordinator starts once (and keeps
+        across its own restart and a resumed run): every client, a restarted one, a resumed
+        one and a joiner included, measures its time budget and off periods on it."""
+        with self.lock:
+            return self.results.now()
+
+    def leave(self, client_id: int, round_: int, off_s: float) -> None:
+        """A client goes offline for ``off_s``: out of the ring at once, not probed; it
+        comes back itself."""
+        with self.lock:
+            if client_id not in self.table.members or not self.table.is_live(client_id):
+                return
+            due_s = self.results.now() + off_s
+            detail = f"for {off_s:.2f} s, due back at {due_s:.2f} s"
+            self._event(EventKind.OFFLINE, client_id, round_, detail, duration_s=off_s)
+            self.health.forget(client_id)  # a probe sent before it left must not write it off
+            self.table.go_offline(client_id, due_s)
+            self._left_ring(client_id, True, EventKind.LEAVE, "offline")
+
+    def come_back(self, client_id: int, round_: int) -> Readmission | None:
+        """A client back from offline, with its state, in its own place again: from the
+        first round the ring cannot have begun. One bypassed meanwhile (overdue) is spliced
+        in as a restarted one is; one whose leave never arrived goes on where it is."""
+        with self.lock:
+            member = self.table.members.get(client_id)
+            if member is None:
+                return None
+            handle = self.handles.get(client_id) or self.find_client(client_id)
+            if handle is None:
+                return None
+            if member.state == MemberState.DEAD:
+                node_id = member.node_id
+            else:
+                self.handles[client_id] = handle
+                if member.state == MemberState.OFFLINE:
+                    first_round = self._entry_round()
+                    self.table.come_back(client_id, first_round)
+                    self.health.heard(client_id)
+                    detail = f"back from offline, from round {first_round}"
+                    self._event(EventKind.REJOIN, client_id, first_round, detail)
+                    self.checkpoint(force=True)
+                    self._broadcast()
+                view = self.table.view()
+                handles = {c: self.handles[c] for c in view.members}
+                return Readmission(member.first_round, False, view, handles)
+        return self.rejoin(client_id, handle, node_id, round_)
+
+    def rejoin(
+        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
+    ) -> Readmission | None:
+        """A crashed client that was restarted is spliced in again; it starts itself from
+        the answer. With a checkpoint it resumes its private state; without one it starts
+        as a newcomer from its predecessor's hand-off. None when nobody is left to join.
+        """
+        with self.lock:
+            if self.table.is_live(client_id):  # back before the probes noticed it was gone
+                self._mark_dead(client_id, EventKind.CRASH, "restarted")
+            self.health.forget(client_id)
+            after = self._place_for(client_id)
+            if after is None:
+                return None
+            first_round = self._entry_round()
+            self.handles[client_id] = handle
+            self.table.members[client_id].node_id = node_id
+            self.table.revive(client_id, after, first_round)
+            self.health.heard(client_id)
+            how = (
+                "as a new client" if checkpoint_round is None else f"from round {checkpoint_round}"
+            )
+            self._event(EventKind.REJOIN, client_id, first_round, f"after {after}, {how}")
+            self.checkpoint(force=True)
+            self._broadcast()
+            if checkpoint_round is None:
+                self._hand_off(after, client_id, handle)
+            view = self.table.view()
+            handles = {c: self.handles[c] for c in view.members}
+            return Readmission(first_round, checkpoint_round is None, view, handles)
+
+    def _rejoin(self, client_id: int) -> None:
+        """A member bypassed as hung is back, with its private state: splice it in again
+        (unless the run stopped when its last member left: no ring to come back to)."""
+        after = self._place_for(client_id)
+        if after is None:
+            return
+        self.table.revive(client_id, after)
+        self.health.forget(client_id)
+        round_ = self.table.members[client_id].last_round
+        self._event(EventKind.REJOIN, client_id, round_, f"spliced in after {after}")
+
+    def _place_for(self, client_id: int) -> int | None:
+        """The (seeded) member a returning one is spliced in after: a live one, or with
+        every member offline one due back; None when the run has nobody else."""
+        others = self.table.live or [c for c in self.table.remaining if c != client_id]
+        return random.Random(self.table.epoch).choice(others) if others else None
+
+    def _watch_availability(self) -> None:
+        """Bypass members overdue from offline by the stall limit, as hung (a late report
+        still brings one back); with every member offline, stop when none is due back
+        before the time budget ends."""
+        if self.stop_reason is not None:
+            return
+        now, limit = self.results.now(), self.timeouts.stall_s
+        members = self.table.members
+        for client_id in self.table.offline:
+            due_s = members[client_id].due_back_s or 0.0
+            if now - due_s > limit:
+                detail = f"not back from offline: due at {due_s:.2f} s, {limit:g} s before"
+                self._mark_dead(client_id, EventKind.HANG, detail)
+                self.health.hung.add(client_id)
+        away, budget = self.table.offline, self.config.experiment.time_budget_s
+        if self.table.live or not away or budget is None or self.stop_reason is not None:
+            return
+        first = min(away, key=lambda c: members[c].due_back_s or 0.0)
+        due_s = members[first].due_back_s or 0.0
+        if due_s >= budget:
+            self._stop(
+                f"no client can go on: every client is offline past the time budget "
+                f"({budget:g} s); the first due back, client {first}, at {due_s:.2f} s"
+            )

@@ -1,0 +1,67 @@
+"""The exchange benchmark at its smallest: every part yields rows of the promised shape, a
+hop's phases add up to no more than the hop, and a process's CPU is counted after it exits.
+Figures are not checked: they mean something only on a quiet machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.common import tree_cpu_s
+from benchmarks.exchange import PHASES, main
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_hop_by_phase_and_laps_in_process_and_on_ray(tmp_path):
+    out = tmp_path / "exchange.json"
+    rows = main(
+        ["--parts", "hop", "lap", "--sizes-mb", "1", "--members", "2", "3",
+         "--backbones", "cnn", "--repeats", "2", "--json", str(out)]
+    )  # fmt: skip
+    hops = [r for r in rows if r["part"] == "hop"]
+    assert [(r["mb"], r["repeats"]) for r in hops] == [(1.0, 2)]
+    for row in hops:
+        assert set(row["phases_ms"]) == set(PHASES)
+        assert all(v >= 0 for v in row["phases_ms"].values())
+        assert sum(row["phases_ms"].values()) <= row["whole_ms"] * (1 + 1e-9)  # float sums
+        assert row["bare_ray_ms"] > 0 and row["memcpy_ms"] > 0
+    laps = [r for r in rows if r["part"] == "lap"]
+    assert sorted((r["where"], r["members"]) for r in laps) == [
+        ("in process", 2),
+        ("in process", 3),
+        ("ray", 2),
+        ("ray", 3),
+    ]
+    for row in laps:
+        assert row["finished"] and row["laps"] == 2 and row["backbone"] == "cnn"
+        assert row["lap_ms"] > 0 and row["a_ms"] > 0 and row["B_gb_per_s"] > 0
+        assert row["bound_ms"] > 2 * (row["members"] - 1) * row["a_ms"]
+    assert json.loads(out.read_text()) == rows
+
+
+def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
+    out = tmp_path / "exchange.json"
+    rows = main(
+        ["--parts", "overhead", "--clients", "2", "--methods", "dfedavg", "--rounds", "1", "2",
+         "--json", str(out)]
+    )  # fmt: skip
+    assert [(r["part"], r["method"], r["clients"]) for r in rows] == [("overhead", "dfedavg", 2)]
+    row = rows[0]
+    assert [(run["rounds"], run["rounds_completed"]) for run in row["runs"]] == [(1, 1), (2, 2)]
+    for run in row["runs"]:
+        assert run["cpu_s"] > run["train_cpu_s"] > 0
+        assert run["core_s_per_client_round"] > 0
+    assert row["core_s_per_client_round"] == row["runs"][-1]["core_s_per_client_round"]
+    assert row["added_core_s_per_client_round"] is not None
+    assert json.loads(out.read_text()) == rows
+
+
+def test_the_cpu_of_a_child_that_exited_is_still_counted():
+    before = tree_cpu_s()
+    spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", spin], check=True)  # waited for: its time is ours
+    assert tree_cpu_s() - before >= 0.5

@@ -1,0 +1,186 @@
+"""The chunked lap (the ring all-reduce) on real client cores joined by a scheduled network:
+what each member sends, when a lap keeps its single token, and what it refuses to combine."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES, add_part, cut
+from ring_actors.delivery.event_kinds import EventKind
+from ring_actors.delivery.payloads import Channel, LapHeader, Payload
+from tests.client.test_ring_lap_model import LAP, ROUND, Net, ring
+
+Parts = dict[str, torch.Tensor]
+
+
+def run_lap(net: Net, parts: dict[int, Parts], limit_s: float = 10.0) -> tuple[dict, list]:
+    """Every member runs the lap on its thread over a fair network; what each ended with,
+    and every message delivered, in order."""
+    results: dict[int, object] = {}
+    threads = {
+        m: threading.Thread(
+            target=lambda m=m: results.__setitem__(m, net.cores[m].laps.run(LAP, ROUND, parts[m])),
+            daemon=True,
+        )
+        for m in parts
+    }
+    for thread in threads.values():
+        thread.start()
+    delivered: list[Payload] = []
+    deadline = time.monotonic() + limit_s
+    while any(t.is_alive() for t in threads.values()) or net.queue:
+        assert time.monotonic() < deadline, "the lap never ended"
+        with net.lock:
+            head = net.queue[0][1] if net.queue else None
+        if head is not None:
+            delivered.append(head)
+        net.step("deliver", 0)
+        time.sleep(0.001)
+    return results, delivered
+
+
+LARGE = CHUNK_MIN_BYTES // 40 + 1  # rows of ``weights`` just over the threshold
+
+
+def weights(member: int, rows: int) -> Parts:
+    """A model's worth of float32 values (``w``, 2-D) and its sample count, weighted."""
+    return {"w": torch.full((rows, 10), float(2**member)), "n": torch.tensor(float(2**member))}
+
+
+def test_a_large_lap_goes_in_chunks_each_member_sending_2_n_minus_1_nths_of_it():
+    """The all-reduce bound: each member sends 2(N-1) messages of M/N bytes, where the
+    single token made one member send 2M and the lap take 2(N-1) whole-model hops in turn."""
+    members = 4
+    net, _ = ring(members)
+    parts = {m: weights(m, LARGE) for m in range(members)}
+    results, delivered = run_lap(net, parts)
+    model = sum(v.numel() * v.element_size() for v in parts[0].values())
+    for m in range(members):
+        sent = [p for p in delivered if p.sender == m]
+        assert len(sent) == 2 * (members - 1)
+        assert all(p.lap.chunk >= 0 for p in sent)
+        assert max(p.nbytes for p in sent) <= model / members + 8
+        assert sum(p.nbytes for p in sent) <= 2 * (members - 1) / members * model + 64
+    totals = {m: r.total for m, r in results.items()}
+    for m, result in results.items():
+        assert result.contributors == (0, 1, 2, 3)
+        assert torch.equal(result.total["w"], torch.full((LARGE, 10), 15.0))
+        assert float(result.total["n"]) == 15.0
+        assert all(torch.equal(totals[m][k], totals[0][k]) for k in totals[0])
+        assert result.total["w"].device.type == "cpu"  # kept as a token's is, for checkpoints
+
+
+@pytest.mark.parametrize(("members", "rows"), [(4, 10), (2, LARGE)])
+def test_a_small_lap_or_a_ring_of_two_keeps_the_single_token(members, rows):
+    net, _ = ring(members)
+    results, delivered = run_lap(net, {m: weights(m, rows) for m in range(members)})
+    assert delivered and all(p.lap.chunk == -1 for p in delivered)
+    assert all(sorted(r.contributors) == list(range(members)) for r in results.values())
+    assert {float(r.total["n"]) for r in results.values()} == {float(2**members - 1)}
+
+
+def test_the_leaders_choice_wins_when_members_sit_on_both_sides_of_the_threshold():
+    """A leader with little to add sends one token; the members that started chunks of
+    their own join it, and their chunks, which the leader ignores, never finish."""
+    net, _ = ring(4)  # round 1's leader is member 1
+    parts = {m: weights(m, LARGE) for m in (0, 2, 3)}
+    parts[1] = {"n": torch.tensor(2.0)}  # a count only
+    results, delivered = run_lap(net, parts)
+    assert any(p.lap.chunk >= 0 for p in delivered)  # chunks were started
+    assert all(r.contributors == (1, 2, 3, 0) for r in results.values())  # the token's order
+    assert {float(r.total["n"]) for r in results.values()} == {15.0}
+    assert len({float(r.total["w"].sum()) for r in results.values()}) == 1
+
+
+def test_a_member_with_nothing_to_add_is_carried_by_the_chunks_and_left_out():
+    net, _ = ring(4)
+    for core in net.cores.values():
+        core.laps.chunk_min_bytes = 0
+    parts: dict[int, Parts] = {m: {f"sig/{m}": torch.full((2, 5), float(m))} for m in (0, 1, 3)}
+    parts[2] = {}  # takes part without contributing
+    results, delivered = run_lap(net, parts)
+    assert all(p.lap.chunk >= 0 for p in delivered)
+    for result in results.values():  # disjoint keys: an all-gather, each in its own shape
+        assert result.contributors == (0, 1, 3)
+        assert sorted(result.total) == ["sig/0", "sig/1", "sig/3"]
+        assert all(torch.equal(result.total[f"sig/{m}"], parts[m][f"sig/{m}"]) for m in (0, 1, 3))
+
+
+def forged_gather(contributors: tuple[int, ...]) -> Payload:
+    """Member 0's all-gather message of attempt 0 to member 1 (chunk 1, step 2 of a ring
+    of three), carrying a sum over ``contributors``."""
+    value = float(sum(2**c for c in contributors))
+    header = LapHeader(
+        LAP, 1, 0, 1, contributors=contributors, chunk=1, step=2, shapes=(("x", (6,)),)
+    )
+    tensors = {"x": torch.full((2,), value)}
+    return Payload(0, ROUND, 1, 3 * 2**32, tensors, channel=Channel.LAP, lap=header)
+
+
+def test_chunks_of_another_contributor_set_are_never_combined():
+    """A finished chunk that leaves a member out (here forged) is refused with the rest of
+    its attempt; the leader's next attempt, or the total another member holds, ends the
+    lap with one exact total everywhere."""
+    net, _ = ring(3)  # round 1's leader is member 1
+    for core in net.cores.values():
+        core.laps.chunk_min_bytes = 0
+    assert net.cores[1].receive(forged_gather((0, 2)))
+    parts = {m: {"x": torch.full((6,), float(2**m))} for m in range(3)}
+    results, _ = run_lap(net, parts)
+    for result in results.values():
+        assert result.contributors == (0, 1, 2)
+        assert torch.equal(result.total["x"], torch.full((6,), 7.0))
+    refused = [e for e in net.cores[1].control.events if e[0] == EventKind.LAP_TOKEN_REFUSED]
+    assert refused and "disagree" in refused[0][2]
+
+
+def test_a_part_of_another_shape_is_refused_not_added():
+    """Same size, other shape: adding the flat pieces would pass silently."""
+    net, _ = ring(3)
+    for core in net.cores.values():
+        core.laps.chunk_min_bytes = 0
+        core.laps.timeouts = type(core.timeouts)(**{**vars(core.timeouts), "lap_give_up_s": 1.0})
+    parts = {m: {"x": torch.full((2, 3), 1.0)} for m in range(3)}
+    parts[2] = {"x": torch.full((3, 2), 1.0)}
+    results, _ = run_lap(net, parts)
+    assert all(r is None for r in results.values())  # nobody ends with a mixed total
+    events = [e for core in net.cores.values() for e in core.control.events]
+    assert any(e[0] == EventKind.LAP_TOKEN_REFUSED and "(3, 2)" in e[2] for e in events)
+
+
+def test_a_member_adds_into_a_chunk_on_the_device_that_holds_its_part():
+    """On a GPU client the received chunk comes to the state, not the state to the host
+    (the meta device stands in for an accelerator here)."""
+    mine = cut({"w": torch.empty((4, 3), device="meta")}, 3)[1]
+    total = add_part({"w": torch.ones(4)}, mine)
+    assert total["w"].device.type == "meta" and total["w"].shape == (4,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_gpu_members_chunks_are_summed_on_its_gpu_and_the_total_is_exact():
+    net, _ = ring(3)
+    for core in net.cores.values():
+        core.laps.chunk_min_bytes = 0
+    parts = {m: {"x": torch.full((9,), float(2**m), device="cuda")} for m in range(3)}
+    results, delivered = run_lap(net, parts)
+    assert any(p.tensors["x"].device.type == "cuda" for p in delivered if p.lap.step > 0)
+    for result in results.values():
+        assert torch.equal(result.total["x"], torch.full((9,), 7.0))
+
+
+def test_results_of_chunked_laps_are_forgotten_with_their_answers():
+    net, _ = ring(3)
+    for core in net.cores.values():
+        core.laps.chunk_min_bytes = 0
+    run_lap(net, {m: {"x": torch.full((6,), float(2**m))} for m in range(3)})
+    laps = net.cores[0].laps
+    assert laps.finished_by[(LAP, ROUND)] == (1, 1, 0)  # leader, epoch, attempt
+    saved = laps.kept()
+    laps.forget_before(ROUND + 1)
+    assert not laps.results and not laps.finished_by and not laps.answered
+    laps.restore(saved)
+    assert torch.equal(laps.result(LAP, ROUND).total["x"], torch.full((6,), 7.0))
