@@ -1,4 +1,4 @@
-"""A client's time budget and off periods, on the run's clock.
+"""A client's time budget, evaluation marks and off periods, on the run's clock.
 
 The coordinator starts the run's clock once; every client takes it as its round loop begins,
 a restarted one, a resumed one and a joiner included. The time budget and the off periods of
@@ -56,6 +56,19 @@ class Availability(ClientState):
         """Seconds of the run's time budget left (inf without a budget)."""
         budget = self.config.experiment.time_budget_s
         return math.inf if budget is None else budget - self._run_s()
+
+    def _evaluates(self, round_: int) -> bool:
+        """Every ``eval.every`` rounds, each of the last ``eval.last_rounds`` rounds, and the
+        first round past each ``eval.every_s`` mark of the run's clock."""
+        every, end = self.config.eval.every, self.config.experiment.rounds
+        final = round_ >= end - self.config.eval.last_rounds
+        due = round_ % every == every - 1 or final or self._time_left() <= 0
+        elapsed = self._run_s()
+        if elapsed >= self.next_mark_s:
+            every_s = self.config.eval.every_s or math.inf
+            self.next_mark_s = (math.floor(elapsed / every_s) + 1) * every_s
+            due = True
+        return due
 
     def _away_if_due(self, round_: int) -> int:
         """At a round boundary: record each off period begun since the last one and over,

@@ -365,19 +365,6 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing, Availability):
         self.control.report_round(self.id, round_, metrics)
         return True
 
-    def _evaluates(self, round_: int) -> bool:
-        """Every ``eval.every`` rounds, each of the last ``eval.last_rounds`` rounds, and the
-        first round past each ``eval.every_s`` wall-clock mark."""
-        every, end = self.config.eval.every, self.config.experiment.rounds
-        final = round_ >= end - self.config.eval.last_rounds
-        due = round_ % every == every - 1 or final or self._time_left() <= 0
-        elapsed = self._run_s()
-        if elapsed >= self.next_mark_s:
-            every_s = self.config.eval.every_s or math.inf
-            self.next_mark_s = (math.floor(elapsed / every_s) + 1) * every_s
-            due = True
-        return due
-
     def _on_link(self, payload: Payload, target: int, delay_s: float) -> None:
         """A hop that a slow link holds back, for the run's events."""
         if delay_s > 0:
