@@ -5,28 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from ring_actors.client.ring_lap import accumulate, lap_checksum
 from ring_actors.models import build_backbone
-
-
-class Float64Made(TorchFunctionMode):
-    """Every float64 tensor of more than one value a torch call returns while active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: list[torch.Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        results = result if isinstance(result, tuple) else (result,)
-        self.made += [
-            r
-            for r in results
-            if isinstance(r, torch.Tensor) and r.dtype == torch.float64 and r.numel() > 1
-        ]
-        return result
+from tests.helpers.torch_calls import TensorsMade
 
 
 def test_a_contribution_is_added_into_the_tensors_the_total_holds():
@@ -63,9 +45,9 @@ def test_a_total_whose_elements_share_memory_is_added_to_as_a_new_tensor():
 
 def test_the_checksum_makes_no_float64_copy_of_the_total():
     total = {"w": torch.ones(1000), "h": torch.ones(1000, dtype=torch.float16)}
-    with Float64Made() as mode:
+    with TensorsMade() as mode:
         assert lap_checksum(total) == 2000.0
-    assert mode.made == []
+    assert [t for t in mode.made if t.dtype == torch.float64 and t.numel() > 1] == []
 
 
 @pytest.mark.parametrize(

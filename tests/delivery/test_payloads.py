@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload, PayloadError, detach_to_cpu
+from tests.helpers.torch_calls import TensorsMade
 
 
 def make(tensors=None, **fields) -> Payload:
@@ -117,20 +117,6 @@ def test_validate_rejects_tensors_the_receiver_cannot_merge():
         payload.validate({"a": (2, 3)})
     with pytest.raises(PayloadError, match="'b'"):
         payload.validate({"a": (2, 3), "b": (5,)})
-
-
-class TensorsMade(TorchFunctionMode):
-    """Every tensor a torch call returns while active: what a check computed from values."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: list[torch.Tensor] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        results = result if isinstance(result, tuple) else (result,)
-        self.made += [r for r in results if isinstance(r, torch.Tensor)]
-        return result
 
 
 def test_finiteness_is_checked_without_a_mask_as_large_as_the_tensor():
