@@ -69,25 +69,31 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> s
 
 
 class ProcessFacts(NamedTuple):
-    """One process as ``/proc`` shows it: its parent, CPU seconds so far and command line."""
+    """One process as ``/proc/PID/stat`` shows it: its parent and CPU seconds so far."""
 
     ppid: int
     cpu_s: float
-    cmdline: str
 
 
 def process_facts(pid: int | str) -> ProcessFacts | None:
-    """``/proc/PID/stat`` and ``cmdline`` read once; None once the process is gone."""
+    """``/proc/PID/stat`` read once; None once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             stat = handle.read()
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()  # the command may hold spaces and brackets
     cpu_s = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-    return ProcessFacts(int(fields[1]), cpu_s, cmdline)
+    return ProcessFacts(int(fields[1]), cpu_s)
+
+
+def command_line(pid: int | str) -> str:
+    """A process's command line, read only for the processes a sampler keeps ("" once gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def process_table() -> dict[int, ProcessFacts]:

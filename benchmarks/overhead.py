@@ -40,7 +40,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CLOCK_TICKS, descendants, process_table
+from benchmarks.common import CLOCK_TICKS, command_line, descendants, process_table
 
 # ---- machine probes (plain /proc reads: no extra dependency) ------------------------------
 
@@ -74,7 +74,7 @@ def process_cpu() -> dict[int, tuple[str, float]]:
     table = process_table()
     mine = descendants(os.getpid(), table)
     return {
-        pid: (classify(pid, facts.cmdline) if pid in mine else "outside", facts.cpu_s)
+        pid: (classify(pid, command_line(pid)) if pid in mine else "outside", facts.cpu_s)
         for pid, facts in table.items()
     }
 

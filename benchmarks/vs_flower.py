@@ -63,7 +63,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, descendants, memory_kb, process_table
+from benchmarks.common import REPO, command_line, descendants, memory_kb, process_table
 
 SIDES = ("plain", "flower", "ring")
 # Reading every process's page tables costs CPU on the cores being measured, and the more so
@@ -541,7 +541,7 @@ class TreeSampler(threading.Thread):
             if sizes is None:
                 continue
             pss, uss = sizes
-            title = self.title(pid, table[pid].cmdline)
+            title = self.title(pid, command_line(pid))
             self.cpu_s[pid] = (title, table[pid].cpu_s)
             total += pss
             by_title[title] = by_title.get(title, 0) + pss
