@@ -8,6 +8,7 @@ carry torch. The client's own process imports them when it builds its core.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import ray
 
+from ring_actors.delivery.transport import PeerGone, PeerUnavailable
 from ring_actors.faults.client_side import ProcessFaults, fail_start
 from ring_actors.runtime.placement import Placement
 from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink, RayPending
@@ -60,6 +62,15 @@ class BoundedControlLink(RayControlLink):
     it): a coordinator being restarted must not hold a client's round loop for good."""
 
     timeout_s: float
+
+    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
+        """Returns once the coordinator holds the report: a call only sent dies with a
+        process that crashes right after (the next round's first step, for a planned crash).
+        Past ``timeout_s`` (or with the coordinator gone) the round goes on; the report stays
+        in the client's journal, which a resumed client sends again."""
+        call = self.actor.report_round.remote(client_id, round_, metrics)
+        with contextlib.suppress(TimeoutError, PeerUnavailable, PeerGone):
+            RayPending(call).result(self.timeout_s)
 
     def leave(self, client_id: int, round_: int, off_s: float) -> None:
         RayPending(self.actor.leave.remote(client_id, round_, off_s)).result(self.timeout_s)
