@@ -63,7 +63,8 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
         self.stop_reason: str | None = None
         self.broadcast_epoch = -1
         self.saved_at = 0.0
-        self.outputs_at, self.rows_written, self.rounds_written = 0.0, 0, 0
+        self.outputs_at, self.outputs_cost_s = 0.0, 0.0
+        self.rows_written, self.rounds_written = 0, 0
         schedule = config.schedule
         factors = Heterogeneity(
             config.heterogeneity, config.experiment.seed, config.total_clients

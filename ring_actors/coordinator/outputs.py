@@ -21,12 +21,17 @@ from ring_actors.storage.run_folder import RunFolder
 # Rows of rounds some member has not reported yet are written at most this often while a run
 # goes on; a round every live member has reported is written at the next reconcile pass.
 OUTPUTS_EVERY_S = 5.0
+# The files are rewritten whole, so a write costs more as the run grows: whole rounds wait
+# this many times the last write's duration after it, which keeps writing under a twentieth
+# of the coordinator's time however long the run (the history log is what a resume reads).
+WRITE_COST_SHARE = 20
 
 
 class RunOutputs(CoordinatorState):
     """The coordinator's output files and MLflow run; mixed into :class:`CoordinatorCore`."""
 
     outputs_at: float
+    outputs_cost_s: float  # how long the last write took
     rows_written: int
     rounds_written: int  # the rounds every live member had finished at the last write
 
@@ -34,19 +39,24 @@ class RunOutputs(CoordinatorState):
         """The output files as they stand, so a run that dies keeps every finished round;
         ``summary.json`` says ``partial`` until the run is finalized.
 
-        A round every member reported is written at once, not when the throttle next allows:
-        the write of its first rows must not hold it back for ``OUTPUTS_EVERY_S``, in which
-        a run of short rounds, or one killed, would finish rounds its outputs never show."""
+        A round every member reported is written without waiting for ``OUTPUTS_EVERY_S``,
+        in which a run of short rounds, or one killed, would finish rounds its outputs never
+        show; only the write's own cost spaces such writes (``WRITE_COST_SHARE``)."""
         now = time.monotonic()
         with self.lock:
             rows, completed = self.results.rows, self._rounds_completed()
-            throttled = len(rows) == self.rows_written or now - self.outputs_at < OUTPUTS_EVERY_S
-            if throttled and completed == self.rounds_written:
+            since = now - self.outputs_at
+            throttled = len(rows) == self.rows_written or since < OUTPUTS_EVERY_S
+            whole_due = completed != self.rounds_written and (
+                since >= WRITE_COST_SHARE * self.outputs_cost_s
+            )
+            if throttled and not whole_due:
                 return
             self.outputs_at, self.rows_written, self.rounds_written = now, len(rows), completed
             summary = {**self.summary(self.results.now()), "partial": True}
             config, rows, events = self.public_config(), list(rows), list(self.results.events)
         write_outputs(self.output_dir, config, summary, rows, events)
+        self.outputs_cost_s = time.monotonic() - now
 
     def public_config(self) -> dict[str, Any]:
         """The config as written and logged: no credentials in its tracking URI."""

@@ -14,6 +14,7 @@ import pytest
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.membership import MemberState
+from ring_actors.coordinator.outputs import WRITE_COST_SHARE
 from ring_actors.coordinator.tracking import Retry, Tracker
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import PeerGone, PeerUnavailable
@@ -344,9 +345,31 @@ def test_a_round_every_member_finished_is_in_the_outputs_at_the_next_pass(tmp_pa
     assert json.loads((tmp_path / "summary.json").read_text())["rounds_completed"] == 0
     for client in (1, 2):
         core.report_round(client, 0, {"local_acc": 0.5, "global_acc": 0.25})
+    time.sleep(WRITE_COST_SHARE * core.outputs_cost_s)  # a write of these files is quick
     core.reconcile()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["rounds_completed"] == 1 and summary["partial"] is True
+
+
+def test_whole_rounds_are_written_no_oftener_than_their_files_cost_allows(tmp_path):
+    """The files are rewritten whole, so their writes grow with the run: after a write that
+    took ``c`` seconds, the next waits ``WRITE_COST_SHARE * c`` (a long run's coordinator
+    must not spend its time rewriting tables)."""
+    core, _ = make(tmp_path)
+
+    def completed() -> int:
+        return json.loads((tmp_path / "summary.json").read_text())["rounds_completed"]
+
+    for round_ in (0, 1):
+        for client in range(3):
+            core.report_round(client, round_, {"local_acc": 0.5, "global_acc": 0.25})
+        if round_ == 0:
+            core.reconcile()
+            assert completed() == 1
+            core.outputs_cost_s = 0.05  # as if the tables had grown to take 50 ms to write
+    core.reconcile()
+    assert completed() == 1  # within 20 x 50 ms of the last write
+    until(core, lambda: completed() == 2, timeout=5.0)
 
 
 def test_an_offline_member_is_out_of_the_view_but_neither_dead_nor_probed(tmp_path):
