@@ -38,7 +38,7 @@ class PeerAnswers(ClientState):
         """
         try:
             if isinstance(payload, WirePayload):  # from another process: its tensors as bytes
-                payload = from_wire(payload)
+                payload = from_wire(payload, self.max_payload_bytes)
             if not isinstance(payload, Payload):
                 raise PayloadError(f"expected a Payload, got {type(payload).__name__}")
             payload.validate(None, self.max_payload_bytes)
@@ -76,13 +76,23 @@ class PeerAnswers(ClientState):
         with self.spool_lock:
             # Saved before it is queued: a push the spool cannot keep is refused whole (the
             # sender sends it again), never merged unsaved nor acknowledged and forgotten.
-            if self.spool and payload.channel == Channel.SHARE and not self.inbox.has(payload):
+            if self._merged_later(payload) and not self.inbox.has(payload):
                 try:
                     self.spool.keep(payload)
                 except OSError as err:  # a full disk, say: it may have room on the next try
                     raise NotKept(f"client {self.id} could not save it: {err}") from err
             self.inbox.put(payload)
         return True
+
+    def _merged_later(self, payload: Payload) -> bool:
+        """A push a restart may need, so the spool keeps it: one a round of this client may
+        still merge. In sync mode round r merges only round r - 1's pushes, so the final
+        round's are merged by no round (nothing merges after the last); in async mode any
+        round takes any push, the final round's included."""
+        if self.spool is None or payload.channel != Channel.SHARE:
+            return False
+        schedule, rounds = self.config.schedule, self.config.experiment.rounds
+        return schedule.mode != "sync" or payload.round < rounds - 1
 
     def serve(self, round_: int, keys: tuple[str, ...]) -> Payload | None:
         """The pulled part of what this client published after ``round_`` (or later)."""
@@ -120,6 +130,7 @@ class PeerAnswers(ClientState):
             handles = self.hetero.wrap(self.id, handles, self._on_link)
             self.view, self.handles = view, {**self.handles, **handles}
             self.outbox.set_handles(handles)
+        self.inbox.wake()  # the round loop's waits read the view: a new leader starts now
         pushes: list[Payload] = []
         for flight in self.outbox.reroute(set(view.members)):
             if is_lap(flight.payload):

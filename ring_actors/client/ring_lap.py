@@ -309,11 +309,14 @@ class RingLaps:
     def _keep(
         self, key: tuple[str, int], result: LapResult, origin: tuple[int, int, int]
     ) -> LapResult:
-        """Keep ``result`` from ``origin`` unless a total came first: the one kept goes on."""
+        """Keep ``result`` from ``origin`` unless a total came first: the one kept goes on,
+        and the training thread waiting for it wakes now."""
         with self.lock:
             kept = self.results.setdefault(key, result)
             if kept is result:
                 self.finished_by[key] = origin
+        if kept is result:
+            self.host.inbox.wake()
         return kept
 
     def kept(self) -> dict[tuple[str, int], LapResult]:

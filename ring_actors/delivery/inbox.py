@@ -78,8 +78,15 @@ class Inbox:
         with self._cond:
             return [p for p in self._items if match(p)]
 
+    def wake(self) -> None:
+        """Wake every ``wait`` to test its ``ready`` again now: state it reads besides the
+        queue (a lap's total, a new view) changed, and a lap should not pay a tick per hop."""
+        with self._cond:
+            self._cond.notify_all()
+
     def wait(self, ready: Callable[[], bool], timeout: float, tick: Callable[[], None]) -> bool:
-        """Block until ``ready()`` or ``timeout`` seconds; ``tick`` runs between short waits."""
+        """Block until ``ready()`` or ``timeout`` seconds; ``tick`` runs between short waits
+        (``put`` and ``wake`` end a short wait at once)."""
         deadline = time.monotonic() + timeout
         while True:
             tick()
