@@ -75,3 +75,23 @@ def test_the_lower_layers_import_nothing_above_them():
         if name.split(".")[:2] in [["ring_actors", layer] for layer in above]
     ]
     assert offenders == []
+
+
+TESTS = ROOT / "tests"
+
+
+def _shared_test_code(name: str) -> bool:
+    """What a test may import from tests/: its helpers and the root conftest, no test module."""
+    return name == "tests.conftest" or name == "tests.helpers" or name.startswith("tests.helpers.")
+
+
+def test_no_test_module_imports_another():
+    """A helper one test module imports from another hides in a test file, runs that file's
+    module-level code, and breaks when the file is renamed; helpers live in tests/helpers/."""
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in TESTS.rglob("*.py")
+        for name in _imported_modules(path)
+        if (name == "tests" or name.startswith("tests.")) and not _shared_test_code(name)
+    ]
+    assert offenders == []

@@ -7,16 +7,14 @@ import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 
 from ring_actors.config.checks import ConfigError, check
-from ring_actors.plugins.paths import (
-    OrPlugin,
-    PluginError,
-    is_plugin_path,
-)
+
+if TYPE_CHECKING:
+    from ring_actors.plugins.paths import OrPlugin
 
 
 def number_or_text(text: str) -> float | str:
@@ -30,7 +28,7 @@ def _describe(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Annotated:
         base, *marks = typing.get_args(tp)
-        plugins = [m.what for m in marks if isinstance(m, OrPlugin)]
+        plugins = [m.what for m in _plugin_marks(marks)]
         return ", or ".join([_describe(base), *plugins])
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
@@ -41,6 +39,14 @@ def _describe(tp: Any) -> str:
     if origin is tuple:
         return f"a list of {_describe(typing.get_args(tp)[0])}"
     return getattr(tp, "__name__", str(tp))
+
+
+def _plugin_marks(marks: Sequence[Any]) -> list[OrPlugin]:
+    """The field's :class:`OrPlugin` marks. Imported here: a field carrying one was declared
+    by a module that imported it, and a process reading only plain sections never needs it."""
+    from ring_actors.plugins.paths import OrPlugin
+
+    return [m for m in marks if isinstance(m, OrPlugin)]
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -88,8 +94,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
 
 def _coerce_or_plugin(value: Any, tp: Any, key: str) -> Any:
     """A ``module:Name`` value checked by the field's :class:`OrPlugin`, else the plain type."""
+    from ring_actors.plugins.paths import PluginError, is_plugin_path
+
     base, *marks = typing.get_args(tp)
-    plugin = next((m for m in marks if isinstance(m, OrPlugin)), None)
+    plugin = next(iter(_plugin_marks(marks)), None)
     if plugin is None or not is_plugin_path(value):
         try:
             return _coerce(value, base, key)

@@ -8,14 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ring_actors.config.checks import ConfigError, check
 from ring_actors.config.coercion import build_section, parse_override
 from ring_actors.config.sections import AlgorithmSection, Config
-from ring_actors.data.sources import dataset_facts
-from ring_actors.plugins.paths import (
-    PluginError,
-    build_plugin_backbone,
-    is_plugin_path,
-)
 
-if TYPE_CHECKING:  # the methods (and torch) are imported where a method is resolved
+if TYPE_CHECKING:  # the methods, plug-ins and torch are imported where a name is resolved
     from ring_actors.algorithms import Algorithm
 
 
@@ -35,6 +29,7 @@ def method_choices() -> str:
 
 def resolve_method(name: str, key: str) -> type[Algorithm]:
     from ring_actors.plugins.methods import resolve_algorithm
+    from ring_actors.plugins.paths import PluginError
 
     try:
         return resolve_algorithm(name)
@@ -67,6 +62,9 @@ def try_plugin_backbone(config: Config) -> None:
     """For a built-in dataset the images' shape and classes are known without reading data,
     so a backbone of one's own is checked with the config; with a loader of one's own,
     ``--dry-run`` and ``launch`` check it once the data is loaded."""
+    from ring_actors.data.sources import dataset_facts
+    from ring_actors.plugins.paths import is_plugin_path
+
     if not is_plugin_path(config.data.dataset):
         facts = dataset_facts(config.data.dataset, config.data.root)
         check_backbone_for(config, facts["input_shape"], facts["num_classes"])
@@ -75,6 +73,8 @@ def try_plugin_backbone(config: Config) -> None:
 def check_backbone_for(config: Config, input_shape: tuple[int, int, int], num_classes: int) -> None:
     """Build a backbone of one's own once for these images, so a broken contract stops the
     run before any actor starts rather than in every client."""
+    from ring_actors.plugins.paths import PluginError, build_plugin_backbone, is_plugin_path
+
     backbone = getattr(config.algorithm.options, "backbone", None)
     if not is_plugin_path(backbone):
         return

@@ -9,15 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ring_actors.config.checks import ConfigError, check, is_path_component
-from ring_actors.data.sources import DATASETS
 from ring_actors.faults.plan import CLIENT_FAULT_ACTIONS, FaultSection
 from ring_actors.heterogeneity.section import HeterogeneitySection
-from ring_actors.plugins.paths import (
-    PluginError,
-    is_plugin_path,
-    resolve_dataset,
-)
-from topologies import TOPOLOGIES
 
 if TYPE_CHECKING:  # the methods (and torch) are imported where options are read, not here
     from ring_actors.algorithms import AlgorithmOptions
@@ -80,16 +73,25 @@ class DataSection:
     partition: PartitionSection = field(default_factory=PartitionSection)
 
     def __post_init__(self) -> None:
-        choices = f"one of {', '.join(DATASETS)}, or module:function of your own loader"
-        if is_plugin_path(self.dataset):
-            try:
-                resolve_dataset(self.dataset)
-            except PluginError as err:
-                raise ConfigError(f"data.dataset: {err}; must be {choices}") from err
-        else:
-            check(self.dataset in DATASETS, "data.dataset", choices, self.dataset)
+        check_dataset_name(self.dataset)
         cap = self.max_train_per_client
         check(cap is None or cap >= 1, "data.max_train_per_client", "null or an int >= 1")
+
+
+def check_dataset_name(name: str) -> None:
+    """A built-in dataset, or a loader of one's own that imports: the registry and the
+    plug-in are read here, when a config names one, not when the config is imported."""
+    from ring_actors.data.sources import DATASETS
+    from ring_actors.plugins.paths import PluginError, is_plugin_path, resolve_dataset
+
+    choices = f"one of {', '.join(DATASETS)}, or module:function of your own loader"
+    if not is_plugin_path(name):
+        check(name in DATASETS, "data.dataset", choices, name)
+        return
+    try:
+        resolve_dataset(name)
+    except PluginError as err:
+        raise ConfigError(f"data.dataset: {err}; must be {choices}") from err
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,8 @@ class TopologySection:
     similarity: float = 0.0
 
     def __post_init__(self) -> None:
+        from topologies import TOPOLOGIES  # the registry, read where a name is checked
+
         kinds = "one of " + ", ".join(repr(kind) for kind in TOPOLOGIES)
         check(self.kind in TOPOLOGIES, "topology.kind", kinds, self.kind)
         sim = self.similarity

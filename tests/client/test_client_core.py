@@ -17,46 +17,8 @@ from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.transport import PeerUnavailable
 from ring_actors.delivery.view import View
+from tests.helpers.client_links import SHAPE, Peer, Reports, share
 from tests.helpers.synthetic import separable
-
-SHAPE = (1, 28, 28)
-
-
-class Reports:
-    """The coordinator's side of the control link, as a record of what a client told it."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, int, str]] = []
-        self.unreachable: list[int] = []
-        self.rounds: list[dict[str, float]] = []
-
-    def report_event(self, kind, client_id, round_, detail="", **measured):
-        self.events.append((kind, round_, detail))
-
-    def report_unreachable(self, reporter, target, epoch):
-        self.unreachable.append(target)
-
-    def report_round(self, client_id, round_, metrics):
-        self.rounds.append(metrics)
-
-    def report_done(self, *args): ...
-
-    def report_failed(self, *args): ...
-
-    def rejoin(self, *args): ...
-
-
-class Peer:
-    """A peer that acknowledges everything it is sent."""
-
-    def __init__(self) -> None:
-        self.got: list[Payload] = []
-
-    def receive(self, payload) -> Future:
-        self.got.append(payload)
-        future: Future = Future()
-        future.set_result(True)
-        return future
 
 
 def core(algorithm="dfedavg", mode="sync", max_payload_bytes=2**31) -> ClientCore:
@@ -76,12 +38,6 @@ def core(algorithm="dfedavg", mode="sync", max_payload_bytes=2**31) -> ClientCor
     client = ClientCore(0, config, method, ClientData(data, data, data), Reports())
     client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})
     return client
-
-
-def share(client: ClientCore, sender: int, round_: int, **changes) -> Payload:
-    tensors = {k: v.clone() for k, v in client.algorithm.shared_state().items()}
-    fields = {"epoch": 1, "seq": round_, "tensors": tensors, "num_samples": 8} | changes
-    return Payload(sender, round_, **fields)
 
 
 def test_a_sync_round_waits_for_that_very_round_even_if_a_later_one_came_first():

@@ -12,7 +12,8 @@ import torch
 from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES, add_part, cut
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
-from tests.client.test_ring_lap_model import LAP, ROUND, Net, ring
+from tests.helpers.lap_sums import LAP, ROUND
+from tests.helpers.scheduled_network import Net, ring
 
 Parts = dict[str, torch.Tensor]
 

@@ -25,16 +25,8 @@ import pytest
 from ring_actors.client.ring_lap import LapResult, lap_leader
 from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.delivery.view import View
-from tests.client.test_ring_lap_model import (
-    CHUNKED_SHAPE,
-    LAP,
-    ROUND,
-    Net,
-    adopt,
-    contribution,
-    lap_value,
-    ring,
-)
+from tests.helpers.lap_sums import CHUNKED_SHAPE, LAP, ROUND, contribution, lap_value
+from tests.helpers.scheduled_network import Net, adopt, ring
 
 MEMBERS = 3
 EVENTS = 3  # scheduled steps; past them the network is fair

@@ -15,134 +15,16 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ring_actors.client.core import ClientCore, ClientData
-from ring_actors.client.method_factory import build_algorithm
-from ring_actors.config import Config, config_from_dict
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
-from ring_actors.delivery.transport import PeerGone, PeerUnavailable
 from ring_actors.delivery.view import View
-from tests.client.test_client_core import Reports
-from tests.helpers.synthetic import separable
-
-SHAPE = (1, 4, 4)  # a small network: every replay builds fresh cores
-HOP_S = 0.3
-LAP, ROUND = "avg", 1
-DATA = separable(16, 4, SHAPE)
-
-
-class Net:
-    """Every send waits here for the scheduler."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.queue: list[tuple[int, Payload, Future]] = []
-        self.cores: dict[int, ClientCore] = {}
-        self.crashed: set[int] = set()
-        self.delivered = 0
-
-    def handle(self, target: int, sender: int) -> Handle:
-        return Handle(self, target, sender)
-
-    def step(self, action: str, pick: int) -> None:
-        with self.lock:
-            if not self.queue:
-                return
-            index = pick % len(self.queue)
-            target, payload, answer = self.queue[index]
-            if action != "duplicate":
-                del self.queue[index]
-        if target in self.crashed:
-            settle(answer, error=PeerGone(f"client {target}"))
-        elif action == "lose":  # no answer reached the sender: it sends again
-            settle(answer, error=PeerUnavailable(f"client {target}"))
-        else:  # a duplicate arrives twice: now, and again when delivered
-            self.delivered += 1
-            accepted = self.cores[target].receive(payload)
-            if action != "duplicate":
-                settle(answer, accepted)
-
-
-def settle(answer: Future, value: bool = False, error: Exception | None = None) -> None:
-    if answer.done():  # a duplicate's answer was given already
-        return
-    if error is not None:
-        answer.set_exception(error)
-    else:
-        answer.set_result(value)
-
-
-class Handle:
-    def __init__(self, net: Net, target: int, sender: int) -> None:
-        self.net, self.target, self.sender = net, target, sender
-
-    def receive(self, payload: Payload) -> Future:
-        answer: Future = Future()
-        with self.net.lock:
-            if self.sender in self.net.crashed:  # a dead member sends nothing more
-                answer.set_exception(PeerGone(f"client {self.sender}"))
-            else:
-                self.net.queue.append((self.target, payload, answer))
-        return answer
-
-    def lap_result(self, name: str, round_: int) -> Future:
-        answer: Future = Future()
-        if self.target in self.net.crashed:
-            answer.set_exception(PeerGone(f"client {self.target}"))
-        else:
-            answer.set_result(self.net.cores[self.target].lap_result(name, round_))
-        return answer
-
-
-CONFIG = config_from_dict(
-    {
-        "clients": {"count": 4},
-        "algorithm": {"name": "fedavg"},
-        "schedule": {"hop_timeout_s": HOP_S},
-    }
-)
-METHODS = {m: build_algorithm(CONFIG, m, 4, SHAPE, torch.device("cpu")) for m in range(4)}
-
-
-def ring(members: int, config: Config = CONFIG, chunked: bool = False) -> tuple[Net, View]:
-    """``members`` client cores; with ``chunked``, every lap of three or more goes in chunks."""
-    net = Net()
-    view = View(1, tuple(range(members)), (0,) * members)
-    for m in range(members):
-        net.cores[m] = ClientCore(m, config, METHODS[m], ClientData(DATA, DATA, DATA), Reports())
-        if chunked:
-            net.cores[m].laps.chunk_min_bytes = 0
-    for m in range(members):
-        adopt(net, m, view)
-    return net, view
-
-
-def adopt(net: Net, member: int, view: View) -> None:
-    """``member`` takes ``view``, with a handle to each other member of it."""
-    handles = {p: net.handle(p, member) for p in view.members if p != member}
-    net.cores[member].set_view(view, handles)
-
-
-def contribution(member: int, shape: tuple[int, ...] = (1,)) -> dict[str, torch.Tensor]:
-    """Powers of two: a total names exactly the members summed into it. A chunked lap cuts
-    a tensor of several elements into pieces that travel apart."""
-    return {"x": torch.full(shape, float(2**member), dtype=torch.float64)}
-
-
-CHUNKED_SHAPE = (2, 5)  # in chunks: pieces of 2 to 4 elements, a shape to rebuild
-
-
-def lap_value(total: dict[str, torch.Tensor]) -> float:
-    """The one value every element of a total of ``contribution`` s holds."""
-    x = total["x"]
-    assert torch.all(x == x.reshape(-1)[0]), f"the elements of a total differ: {x}"
-    return float(x.reshape(-1)[0])
+from tests.helpers.lap_sums import CHUNKED_SHAPE, LAP, ROUND, contribution, lap_value
+from tests.helpers.scheduled_network import HOP_S, Net, adopt, ring
 
 
 def run_schedule(members: int, schedule: list[tuple[str, int]], chunked: bool = False) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.heterogeneity.test_heterogeneity import budgeted, events, ring
+from tests.helpers.heterogeneous_ring import budgeted, events, ring
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 
 from ring_actors.config import ConfigError, config_from_dict
 from ring_actors.coordinator.pace import Pace, half_octave
-from tests.coordinator.test_coordinator_core import make
+from tests.helpers.scripted_clients import make
 
 
 def report(core, client: int, round_: int, own_s: float, waited_s: float = 0.0) -> None:

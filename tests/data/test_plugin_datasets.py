@@ -17,7 +17,7 @@ from ring_actors.data.sources import (
     resolve_root,
 )
 from ring_actors.in_process import InProcessRing
-from tests.jobs.test_train_cli import run
+from tests.helpers.train_cli import run
 
 STRIPES = "examples.stripes:load_stripes"
 

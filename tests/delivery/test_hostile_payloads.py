@@ -23,7 +23,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
 from ring_actors.delivery.wire import WirePayload, WireTensor, to_wire
-from tests.client.test_client_core import Peer, Reports
+from tests.helpers.client_links import Peer, Reports
 from tests.helpers.synthetic import separable
 
 SHAPE = (1, 28, 28)

@@ -21,7 +21,7 @@ from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.view import View
 from ring_actors.in_process import LocalClient, LocalHandle
-from tests.client.test_client_core import SHAPE, Peer, Reports, share
+from tests.helpers.client_links import SHAPE, Peer, Reports, share
 from tests.helpers.synthetic import separable
 
 CONFIG = config_from_dict({"clients": {"count": 3}, "schedule": {"hop_timeout_s": 2}})

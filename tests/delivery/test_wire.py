@@ -14,7 +14,7 @@ import torch
 
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload, PayloadError
 from ring_actors.delivery.wire import WireTensor, from_wire, to_wire
-from tests.delivery.test_payloads import TensorsMade
+from tests.helpers.torch_calls import TensorsMade
 
 
 def _payload() -> Payload:

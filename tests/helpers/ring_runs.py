@@ -9,7 +9,7 @@ from pathlib import Path
 from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.in_process import InProcessRing
-from tests.algorithms.conftest import Clients
+from tests.helpers.fashion_mnist_clients import Clients
 
 
 def learn_on_ring(

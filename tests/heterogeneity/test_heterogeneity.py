@@ -25,8 +25,7 @@ from ring_actors.heterogeneity.section import (
     HeterogeneitySection,
     LinksSection,
 )
-from ring_actors.in_process import InProcessRing
-from tests.helpers.in_process_ring import CLASSES, SHAPE, client_data
+from tests.helpers.heterogeneous_ring import budgeted, events, ring
 
 
 def model(section: HeterogeneitySection, total: int = 12, seed: int = 0) -> Heterogeneity:
@@ -198,30 +197,6 @@ def test_a_slow_link_holds_each_hop_and_queues_the_next_behind_it():
     assert [target for target, _ in reported] == [1, 1]
     assert reported[0][1] == pytest.approx(0.2, abs=1e-3)  # as computed when it was sent
     assert 0.2 <= reported[1][1] <= 0.3 + 1e-3  # sent a moment later, due 0.1 s after the first
-
-
-def ring(tmp_path, heterogeneity, rounds=4, count=4, schedule=None, experiment=None, **extra):
-    config = config_from_dict(
-        {
-            "experiment": {"name": "hetero", "rounds": rounds, **(experiment or {})},
-            "clients": {"count": count, "batch_size": 16},
-            "algorithm": {"name": "dfedavg"},
-            "schedule": {"hop_timeout_s": 2.0, "heartbeat_s": 0.1, **(schedule or {})},
-            "heterogeneity": heterogeneity,
-            **extra,
-        }
-    )
-    return InProcessRing(config, client_data(count), CLASSES, SHAPE, tmp_path)
-
-
-def budgeted(tmp_path, heterogeneity, budget_s, **extra):
-    """A ring that runs as many rounds as fit in ``budget_s`` wall seconds."""
-    budget = {"time_budget_s": budget_s}
-    return ring(tmp_path, heterogeneity, rounds=10_000, experiment=budget, **extra)
-
-
-def events(run, kind):
-    return [e for e in run.coordinator.results.events if e["kind"] == kind]
 
 
 @pytest.mark.slow

@@ -21,8 +21,8 @@ import torch
 
 from ring_actors.algorithms.ua_pdfl import CLASSIFIER, FEATURE, UNIT, UNIT_FEATURE
 from ring_actors.config import Config, FaultSection, load_config
-from tests.jobs.paper_cells import CLASS_COUNTS, NUM_CLASSES, PAPER_DIR, drawn_partition
-from tests.jobs.paper_cells import predicts_on_cpu as predicts
+from tests.helpers.paper_cells import CLASS_COUNTS, NUM_CLASSES, PAPER_DIR, drawn_partition
+from tests.helpers.paper_cells import predicts_on_cpu as predicts
 
 RESNET18 = 11_173_962  # parameters of the CIFAR ResNet-18 with 10 classes
 # DRDFL's Table 2 rows, and its Local (Table 3) with the papers' plain SGD

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from jobs.report import main as report
 from jobs.train import main as train
 from tests.conftest import DATA_ROOT, needs_data
-from tests.report.runfiles import make_run
+from tests.helpers.run_folders import make_run
 
 REPO = Path(__file__).resolve().parents[2]
 RING8 = REPO / "jobs" / "configs" / "ring8-drdfl.yaml"

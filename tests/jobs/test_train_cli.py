@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,23 +17,10 @@ from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import load_config
 from ring_actors.data.sources import dataset_facts
 from tests.conftest import DATA_ROOT, needs_data, small_config
+from tests.helpers.train_cli import REPO, run
 
-REPO = Path(__file__).resolve().parents[2]
 CELL = "jobs/configs/paper/drdfl-cifar10-dir0.1.yaml"
 pytestmark = pytest.mark.slow  # each test runs the CLI in a fresh interpreter
-
-
-def run(*args: str, expect: int = 0) -> tuple[str, bool]:
-    """The command's output (stdout, then stderr), and whether it imported Ray."""
-    code = (
-        "import sys; from jobs.train import main; code = main(sys.argv[1:]); "
-        "print('RAY-IMPORTED' if 'ray' in sys.modules else 'NO-RAY'); sys.exit(code)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == expect, done.stderr[-2000:]
-    return done.stdout + done.stderr, "RAY-IMPORTED" in done.stdout
 
 
 def test_list_names_every_method_dataset_topology_and_paper_config():

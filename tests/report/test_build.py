@@ -6,7 +6,7 @@ import pytest
 
 from ring_actors.report.build import write_report
 from ring_actors.report.runs import load_run
-from tests.report.runfiles import make_run
+from tests.helpers.run_folders import make_run
 
 
 def test_the_report_links_every_figure_it_wrote_and_lists_partial_runs(tmp_path):

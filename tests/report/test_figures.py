@@ -11,7 +11,7 @@ from matplotlib import image
 from ring_actors.report.figures import accuracy_curves, ring_timeline, seed_band, timeline_figure
 from ring_actors.report.runs import load_run
 from ring_actors.report.tables import build_table
-from tests.report.runfiles import event, make_run
+from tests.helpers.run_folders import event, make_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from ring_actors.coordinator.tracking import Tracker
 from ring_actors.report.mlflow_io import REPORT_TAG, download_experiment, log_report
-from tests.report.runfiles import make_run
+from tests.helpers.run_folders import make_run
 
 
 @pytest.fixture

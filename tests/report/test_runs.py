@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ring_actors.report.runs import find_runs, load_run, load_runs, partition_label
-from tests.report.runfiles import event, make_run
+from tests.helpers.run_folders import event, make_run
 
 
 def test_a_run_directory_loads_into_typed_records(tmp_path):

@@ -18,7 +18,7 @@ from ring_actors.report.tables import (
     render_table,
     round_means,
 )
-from tests.report.runfiles import make_run
+from tests.helpers.run_folders import make_run
 
 DIR = {"kind": "dirichlet", "beta": 0.1}
 
