@@ -292,56 +292,14 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing, Availability):
         delay = slow_delay(self.config.faults, self.id, round_)
         if delay:
             time.sleep(delay)
-        with self.slots.hold(round_):
-            computing, computing_cpu = time.monotonic(), time.thread_time()
-            self.algorithm.begin_round(round_)
-            taken = self.exchange_control.taken(received)
-            self.algorithm.merge([p.to(self.device) for p in taken])
-            metrics = self.algorithm.train_round(self.data.train)
-            train_s = time.monotonic() - computing
-            # Below train_s when work beside the slot holders (laps, peers' calls, other
-            # processes) takes the core, or with several torch threads.
-            train_cpu_s = time.thread_time() - computing_cpu
-        # A slower device's extra time, slept outside the slot (never past the time budget).
-        slowed_s = min(self.hetero.compute_delay(self.id, train_s), max(0.0, self._time_left()))
-        if slowed_s > 0:
-            factor = self.hetero.speed_factor(self.id)
-            self.event(
-                EventKind.COMPUTE_DELAY, round_, f"speed factor {factor:g}", duration_s=slowed_s
-            )
-            time.sleep(slowed_s)
+        metrics, train_s, train_cpu_s = self._merge_and_train(round_, received)
+        slowed_s = self._slow_down(round_, train_s)
         non_finite = sorted(k for k, v in metrics.items() if not _finite(v))
-        for name in self.exchange_control.laps(self.algorithm.laps(round_)):
-            with self.slots.resident():
-                made = self.algorithm.contribute(name, round_)
-                contribution = {k: v.detach() for k, v in made.items()}  # chunks add there
-            if not all_finite(contribution):  # refused at the source: the others' lap goes on
-                self.event(EventKind.NON_FINITE_CONTRIBUTION, round_, f"lap {name!r}")
-                non_finite.append(f"lap {name}")
-                contribution = {}
-            if contribution:  # what this member put in, for anyone auditing the total
-                metrics[f"lap_{name}_contribution"] = lap_checksum(contribution)
-            result = self.laps.run(name, round_, contribution)
-            if result is not None:
-                with self.slots.resident():  # the total leaves the device with the call
-                    total = {k: v.to(self.device) for k, v in result.total.items()}
-                    self.algorithm.apply_lap(name, round_, total, list(result.contributors))
-                    del total  # before the cache is returned as the call ends
-                # Every member gets the same total: these let anyone check it did.
-                metrics[f"lap_{name}_contributors"] = float(len(result.contributors))
-                metrics[f"lap_{name}_checksum"] = lap_checksum(result.total)
+        non_finite += self._run_laps(round_, metrics)
         if non_finite:
             raise NonFiniteError(f"round {round_}: non-finite {', '.join(non_finite)}")
         if self._evaluates(round_):
-            with self.slots.hold(round_):
-                for prefix, data in (
-                    ("local", self.data.local_test),
-                    ("global", self.data.global_test),
-                ):
-                    scores = self.algorithm.evaluate(data)
-                    metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
-                diagnostics = self.algorithm.diagnostics(self.data.local_test)
-                metrics.update({f"diag_{k}": v for k, v in diagnostics.items()})
+            self._evaluate(round_, metrics)
         self._publish(round_)
         metrics.update(
             merged=float(len(received)),
@@ -364,6 +322,68 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing, Availability):
             self.save_checkpoint(round_)
         self.control.report_round(self.id, round_, metrics)
         return True
+
+    def _merge_and_train(
+        self, round_: int, received: list[Payload]
+    ) -> tuple[dict[str, float], float, float]:
+        """Merge what was taken and train, holding a compute slot: the method's metrics, and
+        the wall and thread CPU seconds it took (below the wall time when work beside the
+        slot holders takes the core, or with several torch threads)."""
+        with self.slots.hold(round_):
+            computing, computing_cpu = time.monotonic(), time.thread_time()
+            self.algorithm.begin_round(round_)
+            taken = self.exchange_control.taken(received)
+            self.algorithm.merge([p.to(self.device) for p in taken])
+            metrics = self.algorithm.train_round(self.data.train)
+            return metrics, time.monotonic() - computing, time.thread_time() - computing_cpu
+
+    def _slow_down(self, round_: int, train_s: float) -> float:
+        """A slower device's extra time, slept outside the slot (never past the budget)."""
+        slowed_s = min(self.hetero.compute_delay(self.id, train_s), max(0.0, self._time_left()))
+        if slowed_s > 0:
+            factor = self.hetero.speed_factor(self.id)
+            self.event(
+                EventKind.COMPUTE_DELAY, round_, f"speed factor {factor:g}", duration_s=slowed_s
+            )
+            time.sleep(slowed_s)
+        return slowed_s
+
+    def _run_laps(self, round_: int, metrics: dict[str, float]) -> list[str]:
+        """Each of the method's laps this round: contribute, apply the one total every
+        member gets, and record what lets anyone check it did. The laps whose contribution
+        was non-finite (refused at the source: the others' lap goes on)."""
+        non_finite = []
+        for name in self.exchange_control.laps(self.algorithm.laps(round_)):
+            with self.slots.resident():
+                made = self.algorithm.contribute(name, round_)
+                contribution = {k: v.detach() for k, v in made.items()}  # chunks add there
+            if not all_finite(contribution):
+                self.event(EventKind.NON_FINITE_CONTRIBUTION, round_, f"lap {name!r}")
+                non_finite.append(f"lap {name}")
+                contribution = {}
+            if contribution:  # what this member put in, for anyone auditing the total
+                metrics[f"lap_{name}_contribution"] = lap_checksum(contribution)
+            result = self.laps.run(name, round_, contribution)
+            if result is not None:
+                with self.slots.resident():  # the total leaves the device with the call
+                    total = {k: v.to(self.device) for k, v in result.total.items()}
+                    self.algorithm.apply_lap(name, round_, total, list(result.contributors))
+                    del total  # before the cache is returned as the call ends
+                metrics[f"lap_{name}_contributors"] = float(len(result.contributors))
+                metrics[f"lap_{name}_checksum"] = lap_checksum(result.total)
+        return non_finite
+
+    def _evaluate(self, round_: int, metrics: dict[str, float]) -> None:
+        """Local-T and Global-T scores and the method's diagnostics, into ``metrics``."""
+        with self.slots.hold(round_):
+            for prefix, data in (
+                ("local", self.data.local_test),
+                ("global", self.data.global_test),
+            ):
+                scores = self.algorithm.evaluate(data)
+                metrics.update({f"{prefix}_{k}": v for k, v in scores.items()})
+            diagnostics = self.algorithm.diagnostics(self.data.local_test)
+            metrics.update({f"diag_{k}": v for k, v in diagnostics.items()})
 
     def _on_link(self, payload: Payload, target: int, delay_s: float) -> None:
         """A hop that a slow link holds back, for the run's events."""
