@@ -34,6 +34,9 @@ class CoordinatorRecord:
     # Metrics queued for MLflow that it had not yet taken: sent again after a restart
     # (MLflow keeps one copy of a metric it is sent twice with the same timestamp).
     unsent_metrics: list[tuple[str, float, int, int]] = field(default_factory=list)
+    # The wall clock when it was written: a coordinator Ray restarts mid-run adds the time
+    # since (the clients trained on meanwhile); a record without it adds none.
+    written_at: float | None = None
 
 
 def write_record(path: Path, record: CoordinatorRecord) -> None:

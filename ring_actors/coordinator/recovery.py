@@ -47,6 +47,7 @@ class Recovery(CoordinatorState):
                 hung=sorted(self.health.hung),
                 healing=self.health.healing,
                 unsent_metrics=self.tracker.unsent(),
+                written_at=time.time(),
             ),
         )
 
@@ -63,7 +64,9 @@ class Recovery(CoordinatorState):
             self.tracker.requeue(saved.unsent_metrics)
             self.table = MembershipTable.from_record(saved.table)
             results = self.results
-            results.started_at = time.monotonic() - saved.elapsed_s
+            # Mid-run, the time it was down is the run's; a resumed run's downtime is not.
+            down_s = time.time() - saved.written_at if adopt_clients and saved.written_at else 0
+            results.started_at = time.monotonic() - saved.elapsed_s - max(0.0, down_s)
             # A record of an older version holds the history itself; ours, the log.
             history = read_history(results.history.path)
             results.rows = saved.rows + history.rows
