@@ -17,7 +17,9 @@ def _run(tmp_path, backend: str, arms: list[str]) -> dict:
             "--backend", backend, "--regime", "compute-bound", "--dataset", "fashion-mnist-sample",
             "--clients", "3", "--max-train", "24", "--budget-s", "4", "--mark-s", "1",
             "--global-max", "40", "--seeds", "0", "--out", str(out),
-            "schedule.hop_timeout_s=5", "--arms", *arms,
+            # No client offline for the rest of a 4 s run: each must be evaluated once.
+            "schedule.hop_timeout_s=5", "heterogeneity.availability.mean_online_s=1000",
+            "--arms", *arms,
         ]
     )  # fmt: skip
     return json.loads(out.read_text())
