@@ -170,9 +170,12 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing, Availability):
             self._start_thread(first_round, joining)
 
     def resume(self) -> None:
-        """Continue a run from this client's checkpoint: the round after the saved one."""
+        """Continue a run from this client's checkpoint: the round after the saved one.
+
+        The plan's entries strike from that round on, as they would have uninterrupted:
+        only the rounds the checkpoint finished are behind it."""
         if self.thread is None:
-            self.resumed_after = self.completed + 1
+            self.resumed_after = self.completed
             self._start_thread(self.completed + 1, joining=False)
 
     def _start_thread(self, first_round: int, joining: bool) -> None:

@@ -128,21 +128,17 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
     def admit(
         self, client_id: int, handle: ClientHandle, node_id: str, first_round: int | None = None
     ) -> int:
-        """Splice a new client in after a (seeded) random live member and start it there.
+        """Splice a new client in after a (seeded) random member and start it there.
 
-        The newcomer's predecessor hands it its latest shared state for ``init_from``; the
-        newcomer first trains ``first_round``, or the earliest round the ring cannot have
-        begun. Returns the predecessor's id.
+        Its nearest live predecessor that trained hands it its latest shared state for
+        ``init_from``; the newcomer first trains ``first_round``, or the earliest round the
+        ring cannot have begun. Returns the id of the member it follows in ring order.
         """
         with self.lock:
             if client_id in self.table.members:  # a retried admission changes nothing
                 return self._predecessor(client_id)
-            live = self.table.live
-            # The predecessor hands over its state: it must have trained (not another newcomer).
-            members = self.table.members
-            veterans = [c for c in live if members[c].rounds_trained > 0]
             rng = random.Random(self.config.experiment.seed * 7919 + client_id)
-            after = rng.choice(veterans or live)
+            after = self.table.place_for_joiner(rng)
             first_round = self._entry_round(first_round)
             self.handles[client_id] = handle
             self.table.add(client_id, node_id, after=after, first_round=first_round)
@@ -151,7 +147,9 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
             self._event(EventKind.JOIN, client_id, first_round, f"spliced in after {after}")
             self.checkpoint(force=True)  # written before anyone acts on the new member
             self._broadcast()
-            self._hand_off(after, client_id, handle)
+            donor = self.table.donor_for(client_id)
+            if donor is not None:
+                self._hand_off(donor, client_id, handle)
             handle.start(first_round, True)
             return after
 

@@ -7,6 +7,7 @@ unless a restart or a late report brings it back)."""
 from __future__ import annotations
 
 import enum
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -107,6 +108,22 @@ class MembershipTable:
         self.order.remove(client_id)
         self.order.insert(self.order.index(after) + 1, client_id)
         self.epoch += 1
+
+    def place_for_joiner(self, rng: random.Random) -> int:
+        """The member a joiner is spliced in after: drawn from every member, live or not, so
+        the place follows from the seed and the plan's joins alone, never from which
+        members had reported or been bypassed when the join came (a resumed run or a rerun
+        builds the same ring)."""
+        return rng.choice(sorted(self.members))
+
+    def donor_for(self, client_id: int) -> int | None:
+        """Who hands a member just spliced in its state: its nearest live predecessor that
+        has trained, else its nearest live one; None with nobody else live."""
+        at = self.order.index(client_id)
+        before = [self.order[(at - k) % len(self.order)] for k in range(1, len(self.order))]
+        live = [c for c in before if self.is_live(c)]
+        trained = [c for c in live if self.members[c].rounds_trained > 0]
+        return next(iter(trained or live), None)
 
     def set_pace(self, stragglers: frozenset[int], speeds: dict[int, float]) -> bool:
         """New stragglers or speeds for the views; True when they changed (epoch bumped)."""

@@ -364,3 +364,38 @@ def test_members_offline_and_never_back_are_bypassed_after_the_stall_limit(tmp_p
     assert all("not back from offline" in e["detail"] for e in hangs)
     assert "no client can go on" in core.stop_reason
     assert "not back from offline" in core.stop_reason
+
+
+def joined_ring(tmp_path, reported: tuple[int, ...], bypassed: tuple[int, ...] = ()) -> list[int]:
+    """The live ring after client 3 joins a ring of three in which ``reported`` had finished
+    round 0 and ``bypassed`` had been written off when the join came."""
+    core, handles = make(tmp_path)
+    for client_id in reported:
+        core.report_round(client_id, 0, {"loss": 1.0})
+    for client_id in bypassed:
+        core.report_failed(client_id, 1, "RuntimeError: boom")
+    core.admit(3, handles[3], "node", first_round=2)
+    return core.table.live
+
+
+def test_where_a_joiner_is_spliced_in_does_not_depend_on_who_reported_first(tmp_path):
+    """A resumed run, or a rerun, must build the uninterrupted run's ring: which members
+    had reported or been bypassed when the driver noticed the join was due is timing."""
+    rings = [
+        joined_ring(tmp_path / "first", reported=(0,)),
+        joined_ring(tmp_path / "second", reported=(1,)),
+        joined_ring(tmp_path / "third", reported=(2, 1)),
+        joined_ring(tmp_path / "fourth", reported=(0, 1, 2), bypassed=(2,)),
+    ]
+    without_2 = [[c for c in ring if c != 2] for ring in rings]
+    assert without_2[1:] == without_2[:-1], rings
+
+
+def test_a_joiner_is_handed_its_state_by_its_nearest_live_predecessor_that_trained(tmp_path):
+    core, handles = make(tmp_path)
+    core.report_round(2, 0, {"loss": 1.0})
+    after = core.admit(3, handles[3], "node", first_round=2)
+    ring = core.table.order
+    assert ring[ring.index(3) - 1] == after
+    assert handles[2].handed_to == [3]  # the only member that trained
+    assert not handles[0].handed_to and not handles[1].handed_to

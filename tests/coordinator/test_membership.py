@@ -159,3 +159,19 @@ def test_an_offline_member_is_kept_in_the_record_and_can_die():
     assert restored.members[2].due_back_s == 1.5 and restored.offline == [2]
     restored.mark(2, MemberState.DEAD)
     assert restored.remaining == [0, 1, 3] and restored.offline == []
+
+
+def test_a_joiners_donor_is_its_nearest_live_predecessor_that_trained():
+    table = MembershipTable()
+    for c in range(4):
+        table.add(c)
+    table.seen(2, 0)  # only 2 and 3 trained; 3 is gone
+    table.seen(3, 0)
+    table.mark(3, MemberState.DEAD)
+    table.add(4, after=0, first_round=2)  # order 0, 4, 1, 2, 3
+    assert table.donor_for(4) == 2  # 0 untrained, 3 dead: round the ring to 2
+    table.mark(2, MemberState.DEAD)
+    assert table.donor_for(4) == 0  # nobody live trained: the nearest live one
+    alone = MembershipTable()
+    alone.add(0)
+    assert alone.donor_for(0) is None

@@ -177,11 +177,6 @@ def test_a_run_whose_driver_died_resumes_to_the_same_result(ray_local, tmp_path,
 JOIN_PLAN = "faults=[{at_round: 1, crash: [2]}, {at_round: 2, join: 1}]"  # client 3 joins
 
 
-@pytest.mark.xfail(
-    reason="known defect: the resumed joiner is spliced in after client 0 (ring order [0, 3, 1] "
-    "against the uninterrupted [0, 1, 3]), so the per-client results can differ",
-    strict=False,
-)
 def test_a_run_resumes_after_its_join_and_ends_as_if_never_interrupted(ray_local, tmp_path):
     """The driver of a run whose plan crashed a client and spliced one in is killed (kill -9)
     once the joiner trained: the resumed run keeps the joiner as a member, applies neither
