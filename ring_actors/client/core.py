@@ -287,7 +287,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing, Availability):
         if round_ > self.resumed_after and self.faults is not None:
             strike(self.config.faults, self.id, round_, self.faults)
         started = time.monotonic()
-        bytes_before = self.outbox.bytes_dispatched
+        bytes_before, hops_before = self.outbox.bytes_dispatched, self.outbox.hops
         slot_wait_before = self.slots.waited_s
         received = self._gather(round_)
         if self._time_left() <= 0:
@@ -314,6 +314,7 @@ class ClientCore(Exchange, PeerAnswers, Checkpointing, Availability):
             gather_wait_s=self.gather_wait_s,
             samples=float(len(self.data.train)),
             bytes_sent=float(self.outbox.bytes_dispatched - bytes_before),
+            hops=float(self.outbox.hops - hops_before),  # with bytes_sent, outlives a crash
             peak_rss_mb=peak_rss_mb(),
             **accelerator_memory(self.device),
         )

@@ -105,6 +105,18 @@ class RunOutputs(CoordinatorState):
             write_outputs(self.output_dir, config, summary, rows, events)
         return summary
 
+    def _unfinished_traffic(self) -> list[dict[str, float]]:
+        """Each client's hops and bytes summed over its round reports, for the clients that
+        never reported done: a crash ends the count it would have sent, not its rounds'."""
+        totals: dict[int, dict[str, float]] = {}
+        for reports in self.results.by_round.values():
+            for client, metrics in reports.items():
+                if client not in self.results.done:
+                    total = totals.setdefault(client, {"hops": 0.0, "bytes_sent": 0.0})
+                    total["hops"] += metrics.get("hops", 0.0)
+                    total["bytes_sent"] += metrics.get("bytes_sent", 0.0)
+        return list(totals.values())
+
     def _rounds_completed(self) -> int:
         """The rounds every live member has finished; once none is left, the rounds the ring
         had finished when its last member went (the most any member finished)."""
@@ -124,6 +136,7 @@ class RunOutputs(CoordinatorState):
                 rows=self.results.rows,
                 reports=self.results.reports(),
                 done=list(self.results.done.values()),
+                unfinished_traffic=self._unfinished_traffic(),
                 events=self.results.events,
                 stop_reason=self.stop_reason,
                 finished=bool(live) and all(c in self.results.done for c in live),

@@ -7,7 +7,7 @@ import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,17 @@ class RunFacts:
     stop_reason: str | None
     finished: bool  # every live member ended its rounds (all of them, or its time budget's)
     mlflow: dict[str, Any]
+    # The hops and bytes of clients that never reported done (a crash), from their rounds.
+    unfinished_traffic: list[dict[str, float]] = field(default_factory=list)
 
 
 def summarise_run(config: Config, facts: RunFacts, wall_s: float) -> dict[str, Any]:
     last_eval: dict[int, dict[str, float]] = {}
     for row in facts.rows:  # rows arrive in round order per client; keep each one's latest
         last_eval[row["client"]] = row
-    hops = sum(d["hops"] for d in facts.done)
-    sent = sum(d["bytes_sent"] for d in facts.done)
+    traffic = [*facts.done, *facts.unfinished_traffic]
+    hops = sum(d["hops"] for d in traffic)
+    sent = sum(d["bytes_sent"] for d in traffic)
     samples = sum(m.get("samples", 0.0) for m in facts.reports)
     per_round = statistics.fmean([m.get("bytes_sent", 0.0) for m in facts.reports] or [0.0])
     kinds = [e["kind"] for e in facts.events]

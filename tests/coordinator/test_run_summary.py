@@ -84,13 +84,6 @@ def test_the_summary_says_why_the_run_ended(changes, expected):
     assert summarise_run(config, facts(**changes), wall_s=1.0)["ended_because"] == expected
 
 
-@pytest.mark.xfail(
-    reason="known defect: the traffic figures count only the clients that reported done; a "
-    "client's round reports carry its bytes but not its hops, and the facts hold neither "
-    "by client (needs hops in client/core.py's round metrics and RunFacts by client in "
-    "coordinator/outputs.py)",
-    strict=True,
-)
 def test_a_crashed_clients_traffic_is_in_the_summary(tmp_path):
     """Client 2 sent 300 bytes in one hop a round for two rounds, then crashed: its round
     reports (with the hops a round's metrics would carry) survive it, and the run's traffic
