@@ -109,14 +109,11 @@ def _against_local(summary: dict[str, Any], path: Path) -> list[str]:
 
 
 def traffic(summary: dict[str, Any]) -> str:
-    """The bytes a hop carried, over the hops counted: a client counts its hops when it
-    finishes its rounds, so with none finished, what each client's reported rounds sent."""
+    """The bytes a hop carried, over the hops counted (a crashed client's from its round
+    reports); with no hop counted, what each client's reported rounds sent."""
     if summary["hops"]:
         return f"{summary['bytes_per_hop'] / 1e6:.3f} MB per hop"
-    return (
-        f"{summary['mb_per_round_per_client']:.3f} MB sent per client-round "
-        "(no client finished its rounds to count its hops)"
-    )
+    return f"{summary['mb_per_round_per_client']:.3f} MB sent per client-round (no hop counted)"
 
 
 def main(argv: list[str] | None = None) -> int:

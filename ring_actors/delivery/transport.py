@@ -76,8 +76,9 @@ class Readmission:
 
 
 class ControlLink(Protocol):
-    """A client's reports to the coordinator: one-way (fire and forget), but for a
-    restarted client's ``rejoin``, which waits for its :class:`Readmission`."""
+    """A client's reports to the coordinator: one-way, but for a round's report, which
+    returns once the coordinator holds it (a crash right after must not lose it), and the
+    calls that wait for an answer (``leave``, ``come_back``, ``rejoin``)."""
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None: ...
 

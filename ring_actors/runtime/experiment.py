@@ -97,6 +97,20 @@ class Experiment:
         self.start_slot_pools()
         return started
 
+    def quiet_restarted_clients(self, wait_s: float = 0.5) -> None:
+        """Ray restarts a crashed client (``clients.max_restarts``) in a new process: that
+        process's death, too, is the run's to tell. Asks each client where it runs now; one
+        that does not answer within ``wait_s`` is asked again at the next change."""
+        calls = [handle.describe.remote() for handle in self.clients.values()]
+        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=wait_s)
+        pids = []
+        for ref in ready:
+            try:
+                pids.append(ray.get(ref).pid)
+            except ray.exceptions.RayError:  # died meanwhile: nothing new to quiet
+                continue
+        quiet_deaths_of(pids)
+
     def start_slot_pools(self) -> None:
         """One compute-slot pool on every node that hosts clients (once per node)."""
         clients = self.config.clients

@@ -48,6 +48,7 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
     applied = applied_faults(experiment)
     printed = 0  # client errors shown so far
     shown = RoundProgress(config.clients.count * config.experiment.rounds, progress)
+    epoch = -1  # the membership epoch last seen: a restarted client brings a new one
     try:
         while True:
             try:
@@ -74,6 +75,9 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
                 shown.write(f"run stopped: {state.stopped}")
                 break
             carry_out(experiment, config.faults, state.round, state.newest, applied)
+            if state.epoch != epoch and config.clients.max_restarts > 0:
+                experiment.quiet_restarted_clients()
+            epoch = state.epoch
             shown.update(state)
             if state.finished:
                 break

@@ -17,31 +17,12 @@ from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.transport import PeerUnavailable
 from ring_actors.delivery.view import View
-from tests.helpers.client_links import SHAPE, Peer, Reports, share
+from tests.helpers.client_links import SHAPE, Peer, Reports, lone_client, share
 from tests.helpers.synthetic import separable
 
 
-def core(algorithm="dfedavg", mode="sync", max_payload_bytes=2**31) -> ClientCore:
-    config = config_from_dict(
-        {
-            "clients": {"count": 3},
-            "algorithm": {"name": algorithm},
-            "schedule": {
-                "mode": mode,
-                "hop_timeout_s": 2,
-                "max_payload_bytes": max_payload_bytes,
-            },
-        }
-    )
-    data = separable(32, 4, SHAPE)
-    method = build_algorithm(config, 0, 4, SHAPE, torch.device("cpu"))
-    client = ClientCore(0, config, method, ClientData(data, data, data), Reports())
-    client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})
-    return client
-
-
 def test_a_sync_round_waits_for_that_very_round_even_if_a_later_one_came_first():
-    client = core()
+    client = lone_client()
     assert client.receive(share(client, 2, 2))  # round 2 overtook round 1
     gathered: list = []
     thread = threading.Thread(target=lambda: gathered.extend(client._gather(2)))
@@ -54,7 +35,7 @@ def test_a_sync_round_waits_for_that_very_round_even_if_a_later_one_came_first()
 
 
 def test_a_round_reports_the_training_threads_cpu_time_beside_its_wall_time():
-    client = core(algorithm="local")
+    client = lone_client(algorithm="local")
     client.set_view(View(2, (0,), (0,)), {})
     assert client.run_round(0)
     (metrics,) = client.control.rounds
@@ -71,7 +52,7 @@ def test_a_round_reports_the_training_threads_cpu_time_beside_its_wall_time():
     ],
 )
 def test_malformed_headers_are_rejected_and_reported(changes, reason):
-    client = core()
+    client = lone_client()
     payload = share(client, 2, 1, **changes) if "round" not in changes else None
     if payload is None:
         payload = share(client, 2, 1)
@@ -81,7 +62,7 @@ def test_malformed_headers_are_rejected_and_reported(changes, reason):
 
 
 def test_unsupported_dtypes_and_oversized_payloads_are_rejected():
-    client = core(max_payload_bytes=1000)
+    client = lone_client(max_payload_bytes=1000)
     complex_state = {k: v.to(torch.complex64) for k, v in client.algorithm.shared_state().items()}
     assert not client.receive(share(client, 2, 1, tensors=complex_state))
     assert "unsupported type" in client.control.events[-1][2]
@@ -90,7 +71,7 @@ def test_unsupported_dtypes_and_oversized_payloads_are_rejected():
 
 
 def test_a_payload_that_breaks_the_receiver_is_rejected_and_the_receiver_goes_on():
-    client = core(algorithm="fedavg")
+    client = lone_client(algorithm="fedavg")
 
     def broken(token, runs_round):
         raise RuntimeError("bug in a lap handler")
@@ -104,7 +85,7 @@ def test_a_payload_that_breaks_the_receiver_is_rejected_and_the_receiver_goes_on
 
 
 def test_a_lap_token_from_a_dead_epoch_is_dropped():
-    client = core(algorithm="fedavg")
+    client = lone_client(algorithm="fedavg")
     client.set_view(View(3, (0, 2), (0, 0)), {})
     token = Payload(2, 1, 1, 0, {}, channel=Channel.LAP, lap=LapHeader("avg", 2, 0, epoch=1))
     assert client.receive(token)
@@ -113,7 +94,7 @@ def test_a_lap_token_from_a_dead_epoch_is_dropped():
 
 
 def test_a_lap_result_from_a_member_that_does_not_lead_the_lap_is_refused():
-    client = core(algorithm="fedavg")
+    client = lone_client(algorithm="fedavg")
     # Round 1's leader in view (0, 1, 2) is member 1; member 2 claims the result.
     total = {"w": torch.ones(2)}
     forged = LapHeader("avg", leader=2, attempt=0, epoch=1, visited=(2,), contributors=(2,))
@@ -142,7 +123,7 @@ class Restarting(Peer):
 
 
 def test_a_send_to_a_member_being_restarted_is_retried_without_reporting_it():
-    client = core()
+    client = lone_client()
     peer = Restarting()
     client.set_view(View(2, (0, 1, 2), (0, 0, 0)), {1: peer})
     client.outbox.retry_s = 0.0
@@ -156,7 +137,7 @@ def test_a_send_to_a_member_being_restarted_is_retried_without_reporting_it():
 
 
 def test_a_send_to_a_member_without_a_handle_waits_for_one():
-    client = core()
+    client = lone_client()
     payload = share(client, 0, 0)
     client.outbox.send(7, payload)  # no handle for 7 yet: kept, not raised
     late = Peer()
@@ -171,7 +152,7 @@ def test_views_are_ordered_by_epoch_so_a_stale_coordinator_cannot_roll_one_back(
     views, and a restarted one numbers its epochs above every one it issued before
     (``test_coordinator_core``), so a higher epoch is the newer membership. What must never
     happen is a view of a lower epoch (a coordinator's reply that was overtaken) replacing it."""
-    client = core()
+    client = lone_client()
     client.set_view(View(9, (0, 2), (0, 0)), {})  # a restarted coordinator jumped ahead
     client.set_view(View(4, (0, 1, 2), (0, 0, 0)), {1: Peer()})  # an older incarnation's
     assert client.current_view.epoch == 9 and client.current_view.members == (0, 2)

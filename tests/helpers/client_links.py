@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
+import torch
+
 from ring_actors.client.core import ClientCore
+from ring_actors.client.method_factory import build_algorithm
+from ring_actors.client.resources import ClientData
+from ring_actors.config import config_from_dict
 from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.view import View
+from tests.helpers.synthetic import separable
 
 SHAPE = (1, 28, 28)
 
@@ -53,3 +60,23 @@ def share(client: ClientCore, sender: int, round_: int, **changes) -> Payload:
     tensors = {k: v.clone() for k, v in client.algorithm.shared_state().items()}
     fields = {"epoch": 1, "seq": round_, "tensors": tensors, "num_samples": 8} | changes
     return Payload(sender, round_, **fields)
+
+
+def lone_client(algorithm="dfedavg", mode="sync", max_payload_bytes=2**31) -> ClientCore:
+    """Client 0 of a ring of three, its peers acknowledging everything, on separable data."""
+    config = config_from_dict(
+        {
+            "clients": {"count": 3},
+            "algorithm": {"name": algorithm},
+            "schedule": {
+                "mode": mode,
+                "hop_timeout_s": 2,
+                "max_payload_bytes": max_payload_bytes,
+            },
+        }
+    )
+    data = separable(32, 4, SHAPE)
+    method = build_algorithm(config, 0, 4, SHAPE, torch.device("cpu"))
+    client = ClientCore(0, config, method, ClientData(data, data, data), Reports())
+    client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})
+    return client

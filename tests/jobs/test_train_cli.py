@@ -115,6 +115,23 @@ def test_dry_run_sizes_a_lap_methods_token():
     assert not imported_ray
 
 
+def train_on(ray_local, config, run_dir) -> tuple[subprocess.CompletedProcess, str]:
+    """``python -m jobs.train`` on the test's Ray, as a user runs it: how it ended, and
+    everything it printed."""
+    config_file = run_dir.parent / f"{run_dir.name}.yaml"
+    config_file.write_text(yaml.safe_dump(config.to_dict()))
+    command = [sys.executable, "-m", "jobs.train", "--config", str(config_file), "--no-progress"]
+    done = subprocess.run(
+        [*command, "--output-dir", str(run_dir)],
+        cwd=REPO,
+        env={**os.environ, "RAY_ADDRESS": ray_local.get_runtime_context().gcs_address},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done, done.stdout + done.stderr
+
+
 def test_a_run_whose_clients_all_crashed_says_what_it_did_without_rays_oom_notice(
     ray_local, tmp_path
 ):
@@ -128,21 +145,32 @@ def test_a_run_whose_clients_all_crashed_says_what_it_did_without_rays_oom_notic
         "experiment.rounds=4",
         "faults=[{at_round: 2, crash: [0, 1, 2]}]",  # every client, once it finished round 1
     )
-    config_file, run_dir = tmp_path / "run.yaml", tmp_path / "run"
-    config_file.write_text(yaml.safe_dump(config.to_dict()))
-    command = [sys.executable, "-m", "jobs.train", "--config", str(config_file), "--no-progress"]
-    done = subprocess.run(
-        [*command, "--output-dir", str(run_dir)],
-        cwd=REPO,
-        env={**os.environ, "RAY_ADDRESS": ray_local.get_runtime_context().gcs_address},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = done.stdout + done.stderr
+    run_dir = tmp_path / "run"
+    done, out = train_on(ray_local, config, run_dir)
     assert done.returncode == 1 and "run stopped: no client can go on" in out, out
     assert "A worker died or was killed" not in out
     assert all(f"crash: client {c} crashed" in out for c in range(3))  # the run's own lines
     rounds = json.loads((run_dir / "summary.json").read_text())["rounds_completed"]
     assert rounds >= 1 and f"fedavg on fashion-mnist-sample: {rounds} of 4 rounds" in out
-    assert "MB per hop" not in out and "MB sent per client-round" in out  # no hop counted
+    # Their hops, from the rounds they reported before crashing: none finished to count them.
+    assert "MB per hop" in out and "0.000 MB per hop" not in out
+
+
+def test_a_restarted_clients_second_crash_shows_no_ray_notice_either(ray_local, tmp_path):
+    """Ray restarts a crashed client in a new process (``clients.max_restarts``); when that
+    process crashes too, its death is the run's to tell as much as the first one was."""
+    config = small_config(
+        tmp_path,
+        "clients.count=3",
+        "clients.max_restarts=1",
+        "data.dataset=fashion-mnist-sample",
+        "algorithm.name=fedavg",
+        "experiment.rounds=5",
+        "faults=[{at_round: 1, crash: [1]}, {at_round: 3, crash: [1]}]",
+    )
+    run_dir = tmp_path / "run"
+    done, out = train_on(ray_local, config, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert done.returncode == 0 and summary["events"]["rejoins"] == 1, out
+    assert summary["events"]["crashes"] == 2 and summary["ring_order"] == [0, 2], out
+    assert "A worker died or was killed" not in out
