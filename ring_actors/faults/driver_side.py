@@ -4,10 +4,11 @@ applied once over the run's life, a resumed run's included."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.faults.plan import FaultSection
 from ring_actors.storage.durable import write_atomic
 
@@ -48,10 +49,55 @@ class AppliedFaults:
         saved = json.loads(path.read_text())
         return cls(path, {int(index): tuple(clients) for index, clients in saved.items()})
 
+    @classmethod
+    def recovered(
+        cls, path: Path, plan: Sequence[FaultSection], events: Iterable[Mapping[str, Any]]
+    ) -> AppliedFaults:
+        """The entries a run folder with no record in ``path`` (written before there was
+        one, or lost) shows applied by its ``events``; written to ``path`` for later."""
+        applied = cls(path, applied_by_events(plan, events))
+        applied.save()
+        return applied
+
     def note(self, index: int, clients: Sequence[int] = ()) -> None:
         self.entries[index] = tuple(clients)
+        self.save()
+
+    def save(self) -> None:
         listed = {str(i): list(joined) for i, joined in sorted(self.entries.items())}
         write_atomic(self.path, json.dumps(listed))
+
+
+def applied_by_events(
+    plan: Sequence[FaultSection], events: Iterable[Mapping[str, Any]]
+) -> dict[int, tuple[int, ...]]:
+    """The driver-side entries whose effects ``events`` record, each with the clients a
+    join spliced in. Joins took the clients that joined, in turn, in the order they fell
+    due (by round); a node's kill shows as a crash (or hang) of a client it named, from the
+    round before the entry's on; each coordinator kill as a restore (a resumed run restores
+    it too, and says so). A join whose driver died between two admissions keeps the
+    clients that joined."""
+    kinds: list[str] = []
+    joined: list[int] = []
+    gone: list[tuple[int, int]] = []  # (client, its last finished round) at a death
+    for event in events:
+        kind, client = str(event["kind"]), int(event["client"])
+        kinds.append(kind)
+        if kind == EventKind.JOIN:
+            joined.append(client)
+        elif kind in (EventKind.CRASH, EventKind.HANG):
+            gone.append((client, int(event["round"])))
+    restores = kinds.count(EventKind.COORDINATOR_RESTORED) - kinds.count(EventKind.RUN_RESUMED)
+    applied: dict[int, tuple[int, ...]] = {}
+    for index in sorted(range(len(plan)), key=lambda i: (plan[i].at_round, i)):
+        entry = plan[index]
+        if entry.join and joined:
+            applied[index], joined = tuple(joined[: entry.join]), joined[entry.join :]
+        elif entry.kill_coordinator and restores > 0:
+            applied[index], restores = (), restores - 1
+        elif any(c in entry.kill_node and r >= entry.at_round - 1 for c, r in gone):
+            applied[index] = ()
+    return applied
 
 
 def driver_faults_due(

@@ -4,12 +4,17 @@ applies the fault plan's driver-side entries, shows progress and asks for the ou
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow.parquet as pq
 import ray
 from ray.exceptions import GetTimeoutError
 
+from ring_actors.coordinator.history import read_history
+from ring_actors.coordinator.output_files import EVENT_COLUMNS
 from ring_actors.faults.driver_side import AppliedFaults, carry_out
+from ring_actors.faults.plan import FaultSection
 from ring_actors.runtime.progress_bar import RoundProgress
 from ring_actors.runtime.ray_transport import CALLEE_DIED
 from ring_actors.storage.run_folder import RunFolder
@@ -93,8 +98,33 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
 def applied_faults(experiment: Experiment) -> AppliedFaults:
     """The plan's driver-side entries applied so far: none in a new run, those its earlier
     drivers noted in a resumed one."""
-    path = RunFolder(experiment.output_dir).driver_faults
-    return AppliedFaults.read(path) if experiment.resume else AppliedFaults(path)
+    folder = RunFolder(experiment.output_dir)
+    if not experiment.resume:
+        return AppliedFaults(folder.driver_faults)
+    return resumed_faults(folder, experiment.config.faults)
+
+
+def resumed_faults(folder: RunFolder, plan: Sequence[FaultSection]) -> AppliedFaults:
+    """What a resumed run's earlier drivers noted; in a folder with no such record (written
+    before there was one, or lost), what the run's events show they applied."""
+    if folder.driver_faults.exists():
+        return AppliedFaults.read(folder.driver_faults)
+    return AppliedFaults.recovered(folder.driver_faults, plan, recorded_events(folder))
+
+
+def recorded_events(folder: RunFolder) -> list[dict[str, Any]]:
+    """A run's events, each once, in the order they came: the coordinator's history
+    (appended as they came) and events.parquet (rewritten now and then), which may hold
+    what a lost or torn history does not."""
+    logged = read_history(folder.coordinator_history).events
+    written = pq.read_table(folder.events).to_pylist() if folder.events.is_file() else []
+    seen = {_identity(e) for e in logged}
+    events = logged + [e for e in written if _identity(e) not in seen]
+    return sorted(events, key=lambda e: e["time_s"])
+
+
+def _identity(event: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(event.get(column) for column in EVENT_COLUMNS)
 
 
 def client_error_line(experiment: Experiment, error: dict[str, Any]) -> str:
