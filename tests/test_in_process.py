@@ -169,7 +169,7 @@ def test_per_round_state_stays_bounded_over_a_long_run(tmp_path):
         assert len(core.inbox._seen) <= 4 * 3 * 2  # a few rounds of tokens and pushes
         assert len(core.laps.results) <= 4
         assert not core.outbox.in_flight
-        assert len(core.published) <= 3
+        assert len(core.published.by_round) <= 3
     assert len(run.coordinator.health.probes) <= 3
 
 

@@ -22,21 +22,61 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
-from ring_actors.client.state import ClientState
+from ring_actors.client.state import Events, Progress
+from ring_actors.config import Config
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.transport import PeerGone, PeerUnavailable
+from ring_actors.delivery.transport import (
+    ClientHandle,
+    ControlLink,
+    PeerGone,
+    PeerUnavailable,
+    Pending,
+)
+from ring_actors.delivery.view import View
+from ring_actors.heterogeneity.model import Heterogeneity
+from ring_actors.timeouts import Timeouts
 
 log = logging.getLogger(__name__)
 
 UNANSWERED = (TimeoutError, PeerGone, PeerUnavailable)  # a call the coordinator did not answer
 
 
-class Availability(ClientState):
-    """The run's clock and the off periods; mixed into :class:`ClientCore`."""
+class AvailabilityHost(Events, Protocol):
+    """What coming back asks of the client: the view the coordinator answered with."""
 
-    def _take_run_clock(self) -> None:
+    def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None: ...
+
+
+class Availability:
+    """One client's time budget, evaluation marks and off periods, on the run's clock."""
+
+    def __init__(
+        self,
+        client_id: int,
+        config: Config,
+        progress: Progress,
+        hetero: Heterogeneity,
+        control: ControlLink,
+        run_clock: Callable[[], Pending[float]] | None,  # how far the run is, by the coordinator
+        timeouts: Timeouts,
+        host: AvailabilityHost,
+    ) -> None:
+        self.id = client_id
+        self.config = config
+        self.progress = progress
+        self.hetero = hetero
+        self.control = control
+        self.run_clock = run_clock
+        self.timeouts = timeouts
+        self.host = host
+        self.run_started_at = time.monotonic()  # the loop takes the run's clock as it begins
+        self.next_period = 0  # the first off period not yet applied or recorded
+        self.next_mark_s = config.eval.every_s or math.inf
+
+    def take_run_clock(self) -> None:
         """Anchor this process's clock to the run's, and skip the off periods already over.
         A client with no coordinator to ask (alone, in a test) counts from now."""
         elapsed_s = 0.0
@@ -48,40 +88,40 @@ class Availability(ClientState):
         while self.next_period < len(periods) and periods[self.next_period][1] <= elapsed_s:
             self.next_period += 1
 
-    def _run_s(self) -> float:
+    def run_s(self) -> float:
         """Seconds of the run so far."""
         return time.monotonic() - self.run_started_at
 
-    def _time_left(self) -> float:
+    def time_left(self) -> float:
         """Seconds of the run's time budget left (inf without a budget)."""
         budget = self.config.experiment.time_budget_s
-        return math.inf if budget is None else budget - self._run_s()
+        return math.inf if budget is None else budget - self.run_s()
 
-    def _evaluates(self, round_: int) -> bool:
+    def evaluates(self, round_: int) -> bool:
         """Every ``eval.every`` rounds, each of the last ``eval.last_rounds`` rounds, and the
         first round past each ``eval.every_s`` mark of the run's clock."""
         every, end = self.config.eval.every, self.config.experiment.rounds
         final = round_ >= end - self.config.eval.last_rounds
-        due = round_ % every == every - 1 or final or self._time_left() <= 0
-        elapsed = self._run_s()
+        due = round_ % every == every - 1 or final or self.time_left() <= 0
+        elapsed = self.run_s()
         if elapsed >= self.next_mark_s:
             every_s = self.config.eval.every_s or math.inf
             self.next_mark_s = (math.floor(elapsed / every_s) + 1) * every_s
             due = True
         return due
 
-    def _away_if_due(self, round_: int) -> int:
+    def away_if_due(self, round_: int) -> int:
         """At a round boundary: record each off period begun since the last one and over,
         and go offline for the rest of one under way. The round to run next."""
         for start, end in self._begun():
-            rest_s = end - self._run_s()
+            rest_s = end - self.run_s()
             if rest_s > 0:
                 round_ = self._go_offline(round_, rest_s)
             else:
                 self._not_applied(start, end)
         return round_
 
-    def _rounds_over(self) -> None:
+    def rounds_over(self) -> None:
         """The off periods begun during the last round, recorded: no round is left to
         leave after."""
         for start, end in self._begun():
@@ -90,29 +130,30 @@ class Availability(ClientState):
     def _begun(self) -> Iterator[tuple[float, float]]:
         """The off periods begun by now and not yet handed out, each handed out once."""
         periods = self.hetero.offline_periods(self.id)
-        while self.next_period < len(periods) and periods[self.next_period][0] <= self._run_s():
+        while self.next_period < len(periods) and periods[self.next_period][0] <= self.run_s():
             self.next_period += 1
             yield periods[self.next_period - 1]
 
     def _not_applied(self, start: float, end: float) -> None:
-        detail = f"{start:.2f}-{end:.2f} s of the run, begun during round {self.round}"
-        self.event(EventKind.OFFLINE, self.round, detail, duration_s=0.0, from_s=start, to_s=end)
+        round_ = self.progress.round
+        detail = f"{start:.2f}-{end:.2f} s of the run, begun during round {round_}"
+        self.host.event(EventKind.OFFLINE, round_, detail, duration_s=0.0, from_s=start, to_s=end)
 
     def _go_offline(self, round_: int, off_s: float) -> int:
         """Leave the ring for ``off_s`` (the model, data and pending sends stay here; never
         past the time budget) and come back. The round to run next: the ring may have moved
         on while this client was away."""
         try:
-            self.control.leave(self.id, self.completed, off_s)
+            self.control.leave(self.id, self.progress.completed, off_s)
         except UNANSWERED as err:
             log.warning("client %d: leave unanswered (%r); offline all the same", self.id, err)
-        time.sleep(max(0.0, min(off_s, self._time_left())))
+        time.sleep(max(0.0, min(off_s, self.time_left())))
         try:
-            back = self.control.come_back(self.id, self.completed)
+            back = self.control.come_back(self.id, self.progress.completed)
         except UNANSWERED as err:
             log.warning("client %d: come-back unanswered (%r); going on", self.id, err)
             return round_
         if back is None:  # nobody left to rejoin: go on alone
             return round_
-        self.set_view(back.view, back.handles)
+        self.host.set_view(back.view, back.handles)
         return max(round_, back.first_round)

@@ -7,15 +7,21 @@ so a checkpoint directory on a shared filesystem is not a way into every node.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions
-from ring_actors.client.state import ClientState
-from ring_actors.delivery.journal import JournalEntry
+from ring_actors.client.ring_lap import RingLaps
+from ring_actors.client.state import Journal, Progress, Published
+from ring_actors.config import Config
+from ring_actors.delivery.inbox import Inbox
+from ring_actors.delivery.outbox import NotKept, Outbox
 from ring_actors.delivery.payloads import Channel, Payload
+from ring_actors.delivery.spool import Spool
+from ring_actors.delivery.transport import ControlLink
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
 
@@ -26,59 +32,138 @@ def load_client_state(path: Path, device: torch.device) -> dict[str, Any]:
     return load_allowlisted(path, device, bases=(Algorithm, AlgorithmOptions))
 
 
-class Checkpointing(ClientState):
-    """A client's own checkpoint after each round, and its restore after a restart; mixed
-    into :class:`~ring_actors.client.core.ClientCore`."""
+class PushSpool:
+    """The pushes a restart may need, on disk before they are acknowledged (acknowledged
+    means durable: ``delivery/spool.py``) until a checkpoint has merged them. A client that
+    does not checkpoint has no spool: its pushes go straight to the inbox."""
 
-    def save_checkpoint(self, round_: int) -> None:
+    def __init__(
+        self, client_id: int, checkpoint_path: Path | None, inbox: Inbox, config: Config
+    ) -> None:
+        self.id = client_id
+        self.spool = Spool(checkpoint_path.with_suffix(".inbox")) if checkpoint_path else None
+        self.inbox = inbox
+        self.config = config
+        # Keeps a push from being dropped between entering the inbox and the spool.
+        self.lock = threading.Lock()
+
+    def put(self, payload: Payload) -> None:
+        """Queue ``payload``, saved first if a later round may merge it: a push the spool
+        cannot keep is refused whole (:class:`NotKept`: the sender sends it again), never
+        merged unsaved nor acknowledged and forgotten."""
+        with self.lock:
+            if self._merged_later(payload) and not self.inbox.has(payload):
+                try:
+                    self.spool.keep(payload)
+                except OSError as err:  # a full disk, say: it may have room on the next try
+                    raise NotKept(f"client {self.id} could not save it: {err}") from err
+            self.inbox.put(payload)
+
+    def _merged_later(self, payload: Payload) -> bool:
+        """A push a restart may need, so the spool keeps it: one a round of this client may
+        still merge. In sync mode round r merges only round r - 1's pushes, so the final
+        round's are merged by no round (nothing merges after the last); in async mode any
+        round takes any push, the final round's included."""
+        if self.spool is None or payload.channel != Channel.SHARE:
+            return False
+        schedule, rounds = self.config.schedule, self.config.experiment.rounds
+        return schedule.mode != "sync" or payload.round < rounds - 1
+
+    def retain_unmerged(self) -> None:
+        """Drop what a checkpoint just merged: only the inbox's pushes are still needed."""
+        if self.spool is not None:
+            with self.lock:
+                self.spool.retain(p.key for p in self.inbox.peek(_is_share))
+
+    def restore(self, device: torch.device) -> None:
+        """Queue again what was acknowledged before a crash."""
+        assert self.spool is not None
+        for payload in self.spool.load(device):
+            self.inbox.put(payload)
+
+
+class CheckpointHost(Protocol):
+    """The method a checkpoint saves and a restore replaces."""
+
+    algorithm: Algorithm
+
+
+class Checkpointing:
+    """A client's own checkpoint after each round, and its restore after a restart."""
+
+    def __init__(
+        self,
+        client_id: int,
+        path: Path | None,
+        device: torch.device,
+        progress: Progress,
+        published: Published,
+        journal: Journal,
+        laps: RingLaps,
+        outbox: Outbox,
+        kept: PushSpool,
+        control: ControlLink,
+        host: CheckpointHost,
+    ) -> None:
+        self.id = client_id
+        self.path = path
+        self.device = device
+        self.progress = progress
+        self.published = published
+        self.journal = journal
+        self.laps = laps
+        self.outbox = outbox
+        self.kept = kept
+        self.control = control
+        self.host = host
+
+    def save(self, round_: int) -> None:
         """The private state after ``round_``, for a restarted client to resume from."""
-        path = self.checkpoint_path
+        path = self.path
         assert path is not None
         # A receiver keeps every push it acknowledged (its spool): a restart needs only those
         # still unacknowledged, and the newest (its acknowledgement may be on the way).
         waiting = self.outbox.unacknowledged_payloads(Channel.SHARE)
-        with self.lock:
-            last = self.last_push
+        with self.published.lock:
+            last = self.published.last_push
             # What peers a round behind still ask for after a restart: pulls of what was
             # published, and the laps' totals. Not ``pushed_to``: a restarted client's sends
             # are unacknowledged again, so it re-sends its pushes to every out-neighbour.
-            published = dict(self.published)
+            published = dict(self.published.by_round)
         older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
         pushes = [*older.values(), *([last] if last else [])]  # restored as ``last_push``
         state = {
             "round": round_,
-            "first_round": self.first_round,
-            "algorithm": self.algorithm,
-            "journal": self.journal(),
+            "first_round": self.progress.first_round,
+            "algorithm": self.host.algorithm,
+            "journal": self.journal.dicts(),
             "pushes": pushes,
             "published": published,
             "laps": self.laps.kept(),
             "torch_rng": torch.get_rng_state(),
         }
         write_atomic(path, lambda file: torch.save(state, file))
-        if self.spool is not None:  # what this checkpoint merged is no longer needed
-            with self.spool_lock:
-                self.spool.retain(p.key for p in self.inbox.peek(_is_share))
+        self.kept.retain_unmerged()  # what this checkpoint merged is no longer needed
 
-    def load_checkpoint(self) -> int | None:
+    def load(self) -> int | None:
         """Restore the last checkpoint and re-send the reports a crash may have cut off;
         its round, or None when there is none (a restart on a new node)."""
-        path = self.checkpoint_path
+        path = self.path
         if path is None or not path.exists():
             return None
         saved = load_client_state(path, self.device)
-        self.algorithm = saved["algorithm"]
-        self.completed = saved["round"]
-        self.first_round = saved["first_round"]
-        self.journal_entries = [JournalEntry.from_dict(e) for e in saved["journal"]]
-        *self.recent_pushes, self.last_push = saved["pushes"] or [None]
-        self.published = saved["published"]
+        self.host.algorithm = saved["algorithm"]
+        self.progress.completed = saved["round"]
+        self.progress.first_round = saved["first_round"]
+        entries = self.journal.restore(saved["journal"])
+        published = self.published
+        with published.lock:
+            *published.recent_pushes, published.last_push = saved["pushes"] or [None]
+            published.by_round = saved["published"]
         self.laps.restore(saved["laps"])
         torch.set_rng_state(saved["torch_rng"])
-        assert self.spool is not None
-        for payload in self.spool.load(self.device):  # acknowledged before the crash
-            self.inbox.put(payload)
-        for entry in self.journal_entries:
+        self.kept.restore(self.device)  # acknowledged before the crash
+        for entry in entries:
             if entry.kind == "round":
                 self.control.report_round(self.id, entry.round, entry.metrics)
         return saved["round"]

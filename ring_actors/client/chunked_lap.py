@@ -2,17 +2,18 @@
 whose bytes outweigh their hops' latency.
 
 The N participants (the members that run the round, in ring order, as the view of the
-attempt's epoch has them) cut their contributions alike into N chunks, every tensor by element
-ranges. At step s the participant at position p sends chunk (p - s) mod N to the next one.
-In steps 0..N-2 (reduce-scatter) the receiver adds its own part of the chunk, so after them
-position p holds chunk (p + 1) mod N summed over everyone; in steps N-1..2N-3 (all-gather)
-the finished chunks go round once more. Each participant sends 2(N-1) messages of M/N bytes
+attempt's epoch has them) cut their contributions alike into N chunks: contiguous slices of
+one flat buffer per dtype (``chunk_layout.py``), so a chunk is one tensor per dtype. At step
+s the participant at position p sends chunk (p - s) mod N to the next one. In steps
+0..N-2 (reduce-scatter) the receiver adds its own part of the chunk, so after them position
+p holds chunk (p + 1) mod N summed over everyone; in steps N-1..2N-3 (all-gather) the
+finished chunks go round once more. Each participant sends 2(N-1) messages of M/N bytes
 and all send at once, where a whole-model token visits the members one after another twice.
 
 What the token lap guarantees holds here too:
 
 - exact, over one contributor set: a member assembles a total only from chunks whose
-  contributors, names and shapes agree, and refuses them otherwise (the leader's next attempt
+  contributors and layouts agree, and refuses them otherwise (the leader's next attempt
   starts again) rather than mix;
 - one total everywhere: the attempts of one epoch add the same parts in the same order, so
   they are interchangeable; a new epoch starts a new attempt over its own view (a member that
@@ -30,12 +31,22 @@ attempt some members began without it never finishes.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
+from ring_actors.client.chunk_layout import (
+    Layout,
+    Layouts,
+    Tensors,
+    add_part,
+    cut,
+    flatten,
+    layout_of,
+    misfit,
+    rebuild,
+)
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
@@ -49,9 +60,6 @@ CHUNK_MIN_BYTES = 64 * 2**10
 # A chunk message's ``seq`` is (step + 1) * SEQ_PER_STEP + attempt: one key per step of each
 # attempt of its sender, apart from a whole token's (its attempt, far below).
 SEQ_PER_STEP = 2**32
-
-Tensors = dict[str, torch.Tensor]
-Shapes = tuple[tuple[str, tuple[int, ...]], ...]
 
 
 def is_chunk(payload: Payload) -> bool:
@@ -71,89 +79,13 @@ def chunk_of(payload: Payload, name: str, round_: int, epoch: int) -> bool:
     )
 
 
-def shapes_of(tensors: Tensors) -> Shapes:
-    return tuple(sorted((k, tuple(v.shape)) for k, v in tensors.items()))
-
-
-def piece_range(shape: tuple[int, ...], chunk: int, chunks: int) -> tuple[int, int]:
-    """The elements of a tensor of ``shape`` that chunk ``chunk`` of ``chunks`` holds."""
-    numel = math.prod(shape)
-    return chunk * numel // chunks, (chunk + 1) * numel // chunks
-
-
-def cut(contribution: Tensors, chunks: int) -> list[Tensors]:
-    """Every tensor flattened and cut into ``chunks`` element ranges, alike on every member."""
-    flat = {k: v.detach().reshape(-1) for k, v in contribution.items()}
-    parts: list[Tensors] = []
-    for chunk in range(chunks):
-        part = {}
-        for key, value in flat.items():
-            low, high = piece_range(tuple(value.shape), chunk, chunks)
-            part[key] = value[low:high]
-        parts.append(part)
-    return parts
-
-
-def add_part(received: Tensors, mine: Tensors) -> Tensors:
-    """The received partial sum plus this member's part, added on the device that holds the
-    part: a GPU client's state never leaves its device for the addition."""
-    total = dict(received)
-    for key, value in mine.items():
-        held = total.get(key)
-        total[key] = value.clone() if held is None else held.to(value.device) + value
-    return total
-
-
-def well_typed(header: LapHeader) -> bool:
-    """The chunk fields are ints and the shapes a tuple of (name, sizes) pairs."""
-    ints = all(isinstance(n, int) and not isinstance(n, bool) for n in (header.chunk, header.step))
-    return (
-        ints
-        and isinstance(header.shapes, tuple)
-        and all(
-            isinstance(entry, tuple)
-            and len(entry) == 2
-            and isinstance(entry[0], str)
-            and isinstance(entry[1], tuple)
-            and all(isinstance(n, int) and n >= 0 for n in entry[1])
-            for entry in header.shapes
-        )
-    )
-
-
-def misfit(header: LapHeader, tensors: Tensors, chunks: int) -> str | None:
-    """Why a chunk's pieces do not match its (well-typed) header; None when each is the flat
-    piece of its chunk of a tensor of the shape the header gives."""
-    shapes = dict(header.shapes)
-    if len(shapes) != len(header.shapes) or set(shapes) != set(tensors):
-        return f"its pieces {sorted(tensors)[:3]} do not match its shapes"
-    for key, piece in tensors.items():
-        low, high = piece_range(shapes[key], header.chunk, chunks)
-        if piece.dim() != 1 or piece.numel() != high - low:
-            return f"{key!r} is not chunk {header.chunk} of {chunks} of a {shapes[key]} tensor"
-    return None
-
-
-def disagreement(header: LapHeader, tensors: Tensors, own: Shapes, mine: Tensors) -> str | None:
-    """Why this member's part cannot be added into a chunk (a shape or dtype that differs
-    would broadcast or cast silently); None when it fits."""
-    shapes, own_shapes = dict(header.shapes), dict(own)
-    for key, value in mine.items():
-        if key in shapes and shapes[key] != own_shapes[key]:
-            return f"{key!r} is {shapes[key]} in the chunk, {own_shapes[key]} here"
-        held = tensors.get(key)
-        if held is not None and held.dtype != value.dtype:
-            return f"{key!r} is {held.dtype} in the chunk, {value.dtype} here"
-    return None
-
-
 @dataclass(frozen=True)
 class Chunk:
     """A finished chunk: every contributor's part of it, summed."""
 
-    tensors: Tensors
+    tensors: Tensors  # one slice per segment
     contributors: tuple[int, ...]
-    shapes: Shapes
+    layout: Layout
 
 
 @dataclass
@@ -181,7 +113,8 @@ class ChunkedLap:
     ) -> None:
         self.host, self.name, self.round = host, name, round_
         self.contribution = contribution
-        self.own_shapes = shapes_of(contribution)
+        self.layouts = Layouts(layout_of(contribution))
+        self.flat: Tensors | None = None  # the contribution as one buffer per dtype, once cut
         size = sum(v.numel() * v.element_size() for v in contribution.values())
         self.large = bool(contribution) and size >= min_bytes
         self.attempt: Attempt | None = None
@@ -224,7 +157,7 @@ class ChunkedLap:
         position = ring.index(self.host.id)
         part = {k: v.clone() for k, v in self._parts(len(ring))[position].items()}
         contributors = (self.host.id,) if self.contribution else ()
-        self._send(attempt, 0, position, part, contributors, self.own_shapes)
+        self._send(attempt, 0, position, part, contributors, self.layouts.own)
 
     def origin(self) -> tuple[int, int, int]:
         """The current attempt's leader, epoch and number (the one ``take`` finished)."""
@@ -241,8 +174,12 @@ class ChunkedLap:
         assert header is not None  # a lap channel's
         ring = self.ring(view)
         me = self.host.id
-        if not well_typed(header):
+        if not all(_is_int(n) for n in (header.chunk, header.step)):
             self._refuse("its chunk fields are malformed")
+            return None
+        layout = self.layouts.parse(header.shapes)
+        if isinstance(layout, str):
+            self._refuse(layout)
             return None
         if (
             header.epoch != view.epoch
@@ -257,7 +194,7 @@ class ChunkedLap:
         in_order = message.sender == ring[position - 1] and 0 <= header.step <= 2 * chunks - 3
         if not in_order or header.chunk != (previous - header.step) % chunks:
             return None  # re-routed by a view change, or not of this ring: its epoch restarts
-        wrong = misfit(header, message.tensors, chunks)
+        wrong = misfit(layout, message.tensors, header.chunk, chunks)
         if wrong is not None:
             self._refuse(wrong)
             return None
@@ -265,9 +202,9 @@ class ChunkedLap:
         if attempt is None or attempt.refused or header.step in attempt.taken:
             return None
         attempt.taken.add(header.step)
-        chunk = Chunk(message.tensors, header.contributors, header.shapes)
+        chunk = Chunk(message.tensors, header.contributors, layout)
         if header.step <= chunks - 2:  # reduce-scatter: this member's part goes in
-            chunk = self._add(chunk, header)
+            chunk = self._add(chunk, header.chunk)
             if chunk is None:
                 return None
             if header.step == chunks - 2:
@@ -283,7 +220,10 @@ class ChunkedLap:
 
     def _parts(self, chunks: int) -> list[Tensors]:
         if chunks not in self.parts:
-            self.parts[chunks] = cut(self.contribution, chunks)
+            own = self.layouts.own
+            if self.flat is None:
+                self.flat = flatten(self.contribution, own)
+            self.parts[chunks] = cut(self.flat, own, chunks)
         return self.parts[chunks]
 
     def _join(self, view: View, leader: int | None, number: int) -> Attempt | None:
@@ -295,39 +235,37 @@ class ChunkedLap:
         self.start(view, leader, number)
         return self.attempt
 
-    def _add(self, chunk: Chunk, header: LapHeader) -> Chunk | None:
+    def _add(self, chunk: Chunk, index: int) -> Chunk | None:
         """The chunk with this member's part in it; None (refused) if it cannot go in."""
         if not self.contribution:  # takes part without contributing: it only passes on
             return chunk
         if self.host.id in chunk.contributors:
             self._refuse("it holds this member's part already")
             return None
-        mine = self._parts(len(self.attempt.ring))[header.chunk]
-        wrong = disagreement(header, chunk.tensors, self.own_shapes, mine)
-        if wrong is not None:
-            self._refuse(wrong)
+        layout = self.layouts.join(chunk.layout)
+        if isinstance(layout, str):
+            self._refuse(layout)
             return None
-        shapes = tuple(sorted((dict(chunk.shapes) | dict(self.own_shapes)).items()))
-        tensors = add_part(chunk.tensors, mine)
-        return Chunk(tensors, (*chunk.contributors, self.host.id), shapes)
+        tensors = add_part(chunk.tensors, self._parts(len(self.attempt.ring))[index])
+        return Chunk(tensors, (*chunk.contributors, self.host.id), layout)
 
     def _assemble(self, attempt: Attempt) -> tuple[Tensors, tuple[int, ...]] | None:
-        """The total from every finished chunk, if they agree on who, what and how shaped;
-        on the host, as a token lap's total is (a checkpoint and a peer's fetch take it)."""
+        """The total from every finished chunk, if they agree on who and on the layout
+        (each chunk fits its own: ``take``); on the host, as a token lap's total is (a
+        checkpoint and a peer's fetch take it)."""
         chunks = [attempt.finished[c] for c in range(len(attempt.ring))]
         who = {frozenset(c.contributors) for c in chunks}
-        names = {frozenset(c.tensors) for c in chunks}
-        shapes = {c.shapes for c in chunks}
-        if len(who) != 1 or len(names) != 1 or len(shapes) != 1:
+        layouts = {c.layout.shapes for c in chunks}
+        if len(who) != 1 or len(layouts) != 1:
             attempt.refused = True
             self._refuse(f"its chunks disagree: contributors {sorted(map(sorted, who))}")
             return None
         (contributed,) = who
-        total = {
-            key: torch.cat([c.tensors[key].to("cpu") for c in chunks]).reshape(shape)
-            for key, shape in chunks[0].shapes
+        layout = chunks[0].layout
+        flat = {
+            name: torch.cat([c.tensors[name].to("cpu") for c in chunks]) for name in layout.segments
         }
-        return total, tuple(m for m in attempt.ring if m in contributed)
+        return rebuild(flat, layout), tuple(m for m in attempt.ring if m in contributed)
 
     # ---- sending ------------------------------------------------------------------------
 
@@ -338,7 +276,7 @@ class ChunkedLap:
         chunk: int,
         tensors: Tensors,
         contributors: tuple[int, ...],
-        shapes: Shapes,
+        layout: Layout,
     ) -> None:
         ring = attempt.ring
         successor = ring[(ring.index(self.host.id) + 1) % len(ring)]
@@ -350,7 +288,7 @@ class ChunkedLap:
             contributors=contributors,
             chunk=chunk,
             step=step,
-            shapes=shapes,
+            shapes=layout.shapes,
         )
         self.host.send(
             successor,
@@ -369,5 +307,9 @@ class ChunkedLap:
         self.host.event(EventKind.LAP_TOKEN_REFUSED, self.round, f"lap {self.name!r}: {why}")
 
 
-def _fields(chunk: Chunk) -> tuple[Tensors, tuple[int, ...], Shapes]:
-    return chunk.tensors, chunk.contributors, chunk.shapes
+def _fields(chunk: Chunk) -> tuple[Tensors, tuple[int, ...], Layout]:
+    return chunk.tensors, chunk.contributors, chunk.layout
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -63,16 +63,20 @@ class Results:
     def record_round(
         self, client_id: int, round_: int, metrics: dict[str, float]
     ) -> dict[str, float]:
-        """One client's report of one round; the metrics to log (none for a repeated one)."""
-        if self.has_round(client_id, round_):
+        """One client's report of one round; the metrics to log (none for a repeated one).
+        A round reported again with the scores its report lacked (a client scores its last
+        model when its time budget ends) gets them, and its row: no second round."""
+        held = self.by_round.get(round_, {}).get(client_id)
+        if held is not None and (_scored(held) or not _scored(metrics)):
             return {}  # idempotent under retries
         self.by_round[round_][client_id] = metrics
         self.history.report(client_id, round_, metrics)
-        if any(k.startswith("local_") for k in metrics):
+        if _scored(metrics):
             row = {"client": client_id, "round": round_, "time_s": self.now(), **metrics}
             self.rows.append(row)
             self.history.row(row)
-        return {f"client_{client_id}/{k}": v for k, v in metrics.items()}
+        new = {k: v for k, v in metrics.items() if held is None or k not in held}
+        return {f"client_{client_id}/{k}": v for k, v in new.items()}
 
     def reports(self) -> list[dict[str, float]]:
         return [m for reports in self.by_round.values() for m in reports.values()]
@@ -97,3 +101,8 @@ class Results:
             self.rounds_logged.add(round_)
             ready.append((round_, round_means(reports.values())))
         return ready
+
+
+def _scored(metrics: dict[str, float]) -> bool:
+    """An evaluated round's report: it carries the model's scores."""
+    return any(k.startswith("local_") for k in metrics)

@@ -20,7 +20,12 @@ import ray
 from ring_actors.delivery.transport import PeerGone, PeerUnavailable
 from ring_actors.faults.client_side import ProcessFaults, fail_start
 from ring_actors.runtime.placement import Placement
-from ring_actors.runtime.ray_transport import RayClientHandle, RayControlLink, RayPending
+from ring_actors.runtime.ray_transport import (
+    RayClientHandle,
+    RayControlLink,
+    RayPending,
+    bounded,
+)
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
 from ring_actors.runtime.worker_env import loaded_modules
@@ -140,7 +145,7 @@ class ClientActor:
             me = RayClientHandle(context.current_actor)
             back = control.rejoin(client_id, me, context.get_node_id(), restored)
             if back is not None:  # started from the answer: no call to this process is lost
-                self.core.set_view(back.view, back.handles)
+                self.core.set_view(back.view, bounded(back.handles, self.core.max_payload_bytes))
                 self.core.start(back.first_round, back.joining)
 
     def describe(self) -> Placement:
@@ -172,7 +177,7 @@ class ClientActor:
         return self.core.lap_result(name, round_)
 
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
-        self.core.set_view(view, handles)
+        self.core.set_view(view, bounded(handles, self.core.max_payload_bytes))
 
     def start(self, first_round: int = 0, joining: bool = False) -> None:
         self.core.start(first_round, joining)

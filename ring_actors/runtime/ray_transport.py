@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -36,10 +37,12 @@ def _to_wire(payload: Payload) -> Any:
     return to_wire(payload)
 
 
-def _from_wire(answer: Any) -> Any:
+def _from_wire(answer: Any, max_bytes: int | None = None) -> Any:
+    """A payload answer rebuilt from its bytes, refused by its declared size (over
+    ``max_bytes``) before a byte of it is copied."""
     from ring_actors.delivery.wire import WirePayload, from_wire
 
-    return from_wire(answer) if isinstance(answer, WirePayload) else answer
+    return from_wire(answer, max_bytes) if isinstance(answer, WirePayload) else answer
 
 
 @dataclass(frozen=True)
@@ -73,15 +76,21 @@ class RayPending:
 
 @dataclass(frozen=True)
 class RayClientHandle:
-    """A client actor behind the :class:`~ring_actors.delivery.transport.ClientHandle` interface."""
+    """A client actor behind the :class:`~ring_actors.delivery.transport.ClientHandle` interface.
+
+    ``max_bytes`` bounds the answers to its holder's pulls, which the holder sets
+    (``bounded``): the coordinator that hands out handles does not know a method's size.
+    """
 
     actor: ray.actor.ActorHandle
+    max_bytes: int | None = None
 
     def receive(self, payload: Payload) -> RayPending:
         return RayPending(self.actor.receive.remote(_to_wire(payload)))
 
     def serve(self, round_: int, keys: tuple[str, ...]) -> RayPending:
-        return RayPending(self.actor.serve.remote(round_, keys), _from_wire)
+        unpack = partial(_from_wire, max_bytes=self.max_bytes)
+        return RayPending(self.actor.serve.remote(round_, keys), unpack)
 
     def lap_result(self, name: str, round_: int) -> RayPending:
         return RayPending(self.actor.lap_result.remote(name, round_))
@@ -103,6 +112,15 @@ class RayClientHandle:
 
     def journal(self) -> RayPending:
         return RayPending(self.actor.journal.remote())
+
+
+def bounded(handles: Mapping[int, ClientHandle], max_bytes: int) -> dict[int, ClientHandle]:
+    """``handles`` with the answers to pulls through each client actor's limited to
+    ``max_bytes``, what their holder takes at most."""
+    return {
+        member: replace(h, max_bytes=max_bytes) if isinstance(h, RayClientHandle) else h
+        for member, h in handles.items()
+    }
 
 
 @dataclass(frozen=True)

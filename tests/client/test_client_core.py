@@ -25,7 +25,7 @@ def test_a_sync_round_waits_for_that_very_round_even_if_a_later_one_came_first()
     client = lone_client()
     assert client.receive(share(client, 2, 2))  # round 2 overtook round 1
     gathered: list = []
-    thread = threading.Thread(target=lambda: gathered.extend(client._gather(2)))
+    thread = threading.Thread(target=lambda: gathered.extend(client.exchange.gather(2)))
     thread.start()
     thread.join(0.3)
     assert thread.is_alive()  # still waiting for round 1
@@ -174,7 +174,7 @@ def test_a_resumed_loop_waits_for_its_view_before_it_gathers():
     method = build_algorithm(config, 0, 4, SHAPE, torch.device("cpu"))
     data = separable(32, 4, SHAPE)
     client = ClientCore(0, config, method, ClientData(data, data, data), Reports())
-    client.completed = 1  # as restored from its checkpoint of round 1
+    client.progress.completed = 1  # as restored from its checkpoint of round 1
     client.resume()  # round 2, before any view came
     time.sleep(0.3)
     client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})

@@ -36,7 +36,7 @@ def checkpointing_core(tmp_path, mode: str) -> ClientCore:
 
 
 def spooled_rounds(client: ClientCore) -> list[int]:
-    return sorted(p.round for p in client.spool.load(torch.device("cpu")))
+    return sorted(p.round for p in client.kept.spool.load(torch.device("cpu")))
 
 
 def test_a_sync_push_of_the_final_round_is_queued_but_not_written_to_the_spool(tmp_path):

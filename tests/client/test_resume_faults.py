@@ -59,7 +59,7 @@ def resumed_client(action: str, at_round: int) -> tuple[ClientCore, Recorded, Fa
     host, control = Recorded(), Failures()
     client = ClientCore(0, config, method, ClientData(data, data, data), control, faults=host)
     client.set_view(View(1, (0,), (0,)), {})
-    client.completed = CHECKPOINT_ROUND  # as restored from its checkpoint
+    client.progress.completed = CHECKPOINT_ROUND  # as restored from its checkpoint
     client.resume()
     assert client.thread is not None
     client.thread.join(30)

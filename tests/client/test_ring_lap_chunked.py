@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES, add_part, cut
+from ring_actors.client.chunk_layout import add_part, cut, flatten, layout_of
+from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from tests.helpers.lap_sums import LAP, ROUND
@@ -115,10 +116,11 @@ def forged_gather(contributors: tuple[int, ...]) -> Payload:
     """Member 0's all-gather message of attempt 0 to member 1 (chunk 1, step 2 of a ring
     of three), carrying a sum over ``contributors``."""
     value = float(sum(2**c for c in contributors))
+    layout = layout_of({"x": torch.zeros(6)})
     header = LapHeader(
-        LAP, 1, 0, 1, contributors=contributors, chunk=1, step=2, shapes=(("x", (6,)),)
+        LAP, 1, 0, 1, contributors=contributors, chunk=1, step=2, shapes=layout.shapes
     )
-    tensors = {"x": torch.full((2,), value)}
+    tensors = {name: torch.full((2,), value) for name in layout.segments}
     return Payload(0, ROUND, 1, 3 * 2**32, tensors, channel=Channel.LAP, lap=header)
 
 
@@ -156,9 +158,12 @@ def test_a_part_of_another_shape_is_refused_not_added():
 def test_a_member_adds_into_a_chunk_on_the_device_that_holds_its_part():
     """On a GPU client the received chunk comes to the state, not the state to the host
     (the meta device stands in for an accelerator here)."""
-    mine = cut({"w": torch.empty((4, 3), device="meta")}, 3)[1]
-    total = add_part({"w": torch.ones(4)}, mine)
-    assert total["w"].device.type == "meta" and total["w"].shape == (4,)
+    contribution = {"w": torch.empty((4, 3), device="meta")}
+    layout = layout_of(contribution)
+    mine = cut(flatten(contribution, layout), layout, 3)[1]
+    (name,) = mine
+    total = add_part({name: torch.ones(4)}, mine)
+    assert total[name].device.type == "meta" and total[name].shape == (4,)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -168,7 +173,8 @@ def test_a_gpu_members_chunks_are_summed_on_its_gpu_and_the_total_is_exact():
         core.laps.chunk_min_bytes = 0
     parts = {m: {"x": torch.full((9,), float(2**m), device="cuda")} for m in range(3)}
     results, delivered = run_lap(net, parts)
-    assert any(p.tensors["x"].device.type == "cuda" for p in delivered if p.lap.step > 0)
+    added = [t for p in delivered if p.lap.step > 0 for t in p.tensors.values()]
+    assert any(t.device.type == "cuda" for t in added)
     for result in results.values():
         assert torch.equal(result.total["x"], torch.full((9,), 7.0))
 
@@ -185,3 +191,74 @@ def test_results_of_chunked_laps_are_forgotten_with_their_answers():
     assert not laps.results and not laps.finished_by and not laps.answered
     laps.restore(saved)
     assert torch.equal(laps.result(LAP, ROUND).total["x"], torch.full((6,), 7.0))
+
+
+def many_tensors(member: int) -> Parts:
+    """A model's state in many tensors of three dtypes (weights, a double, counters)."""
+    value = 2**member
+    parts = {f"layer{i}.weight": torch.full((i + 1, 7), float(value)) for i in range(12)}
+    parts["big"] = torch.full((LARGE, 10), float(value))
+    parts["double"] = torch.full((5, 3), float(value), dtype=torch.float64)
+    parts["steps"] = torch.full((3,), value, dtype=torch.int64)
+    parts["count"] = torch.tensor(float(value))
+    return parts
+
+
+def test_a_chunk_carries_one_tensor_per_dtype_however_many_tensors_the_model_has():
+    """Cut from one flat buffer per dtype: a chunk is added, checked and sent as three
+    tensors here, not sixteen, and the total comes back in every tensor's shape and dtype."""
+    members = 4
+    net, _ = ring(members)
+    parts = {m: many_tensors(m) for m in range(members)}
+    results, delivered = run_lap(net, parts)
+    chunks = [p for p in delivered if p.lap.chunk >= 0]
+    assert len(chunks) == members * 2 * (members - 1)
+    for chunk in chunks:
+        assert sorted(str(t.dtype) for t in chunk.tensors.values()) == [
+            "torch.float32",
+            "torch.float64",
+            "torch.int64",
+        ]
+        assert all(t.dim() == 1 for t in chunk.tensors.values())
+    for result in results.values():
+        assert result.contributors == (0, 1, 2, 3)
+        assert result.total.keys() == parts[0].keys()
+        for key, value in parts[0].items():
+            expected = torch.full_like(value, 15)
+            assert result.total[key].dtype == value.dtype, key
+            assert torch.equal(result.total[key], expected), key
+
+
+def test_members_whose_layouts_differ_are_summed_where_keys_meet_and_gathered_elsewhere():
+    """Each layout travels as segments of its own: ``x``, which three members hold, is
+    their sum; ``y`` and ``z`` are their one contributor's; one total everywhere."""
+    net, _ = ring(4)
+    for core in net.cores.values():
+        core.laps.chunk_min_bytes = 0
+    x = {m: torch.full((4, 3), float(2**m)) for m in range(3)}
+    parts: dict[int, Parts] = {
+        0: {"x": x[0], "y": torch.arange(5.0)},
+        1: {"x": x[1]},
+        2: {"x": x[2], "z": torch.full((2,), 4.0, dtype=torch.float64)},
+        3: {},
+    }
+    results, delivered = run_lap(net, parts)
+    assert all(p.lap.chunk >= 0 for p in delivered)
+    for result in results.values():
+        assert result.contributors == (0, 1, 2)
+        assert torch.equal(result.total["x"], torch.full((4, 3), 7.0))
+        assert torch.equal(result.total["y"], torch.arange(5.0))
+        assert torch.equal(result.total["z"], torch.full((2,), 4.0, dtype=torch.float64))
+
+
+def test_a_part_of_another_dtype_is_refused_not_added():
+    net, _ = ring(3)
+    for core in net.cores.values():
+        core.laps.chunk_min_bytes = 0
+        core.laps.timeouts = type(core.timeouts)(**{**vars(core.timeouts), "lap_give_up_s": 1.0})
+    parts = {m: {"x": torch.full((2, 3), 1.0)} for m in range(3)}
+    parts[2] = {"x": torch.full((2, 3), 1.0, dtype=torch.float64)}
+    results, _ = run_lap(net, parts)
+    assert all(r is None for r in results.values())
+    events = [e for core in net.cores.values() for e in core.control.events]
+    assert any(e[0] == EventKind.LAP_TOKEN_REFUSED and "float64" in e[2] for e in events)

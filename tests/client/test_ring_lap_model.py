@@ -195,7 +195,7 @@ def test_a_result_of_an_older_epoch_from_a_bypassed_leader_is_refused():
 def test_a_token_for_a_round_nobody_runs_any_more_does_not_circle():
     net, _ = ring(3)
     for core in net.cores.values():
-        core.completed = 5  # round 1 is long done and forgotten everywhere
+        core.progress.completed = 5  # round 1 is long done and forgotten everywhere
     header = LapHeader(LAP, leader=0, attempt=0, epoch=1, visited=(0,), contributors=(0,))
     net.cores[1].receive(Payload(0, ROUND, 1, 0, contribution(0), channel=Channel.LAP, lap=header))
     hops = 0

@@ -247,9 +247,9 @@ def test_a_share_of_another_dtype_is_rejected():
 
 def test_a_mis_shaped_init_is_rejected_not_acknowledged():
     client = fresh_client()
-    wrong = {k: torch.zeros(3) for k in client.hand_off_tensors}
+    wrong = {k: torch.zeros(3) for k in client.published.hand_off}
     assert rejected_with_event(client, Payload(1, 0, 2, 0, wrong, channel=Channel.INIT))
-    right = {k: v.clone() for k, v in client.hand_off_tensors.items()}
+    right = {k: v.clone() for k, v in client.published.hand_off.items()}
     assert client.receive(Payload(1, 0, 2, 1, right, channel=Channel.INIT))
 
 

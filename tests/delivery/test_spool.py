@@ -58,7 +58,7 @@ def test_a_push_acknowledged_after_the_last_checkpoint_is_there_after_a_crash(tm
     after = checkpointing_core(path)
     assert after.load_checkpoint() == 0
     gathered: list[Payload] = []
-    thread = threading.Thread(target=lambda: gathered.extend(after._gather(1)))
+    thread = threading.Thread(target=lambda: gathered.extend(after.exchange.gather(1)))
     thread.start()
     thread.join(5)
     assert [(p.sender, p.round) for p in gathered] == [(2, 0)]  # no wait for a timeout
@@ -82,7 +82,7 @@ def test_a_checkpoint_drops_what_it_merged_and_keeps_what_it_did_not(tmp_path):
 
 def test_a_client_that_does_not_checkpoint_writes_nothing(tmp_path):
     client = checkpointing_core(None)
-    assert client.receive(share(client, 2, 0)) and client.spool is None
+    assert client.receive(share(client, 2, 0)) and client.kept.spool is None
     assert list(tmp_path.iterdir()) == []
 
 
@@ -101,26 +101,26 @@ def test_a_checkpoint_keeps_the_newest_push_and_those_not_yet_acknowledged(tmp_p
     client.outbox.send(1, unanswered)
     client.outbox.send(2, answered)  # peer 2 acknowledges at once
     client.tick()
-    client.last_push = newest
+    client.published.last_push = newest
     client.save_checkpoint(3)
     restarted = checkpointing_core(path)
     restarted.load_checkpoint()
-    assert [p.round for p in restarted.recent_pushes] == [1]
-    assert restarted.last_push.round == 3
+    assert [p.round for p in restarted.published.recent_pushes] == [1]
+    assert restarted.published.last_push.round == 3
 
 
 def test_a_push_the_spool_could_not_keep_is_refused_whole_and_taken_when_resent(tmp_path):
     client = checkpointing_core(tmp_path / "client-0.pt")
-    client.spool.directory.parent.mkdir(parents=True, exist_ok=True)
-    client.spool.directory.write_text("not a folder")  # every write into it fails
+    client.kept.spool.directory.parent.mkdir(parents=True, exist_ok=True)
+    client.kept.spool.directory.write_text("not a folder")  # every write into it fails
     push = share(client, 2, 0)
     with pytest.raises(NotKept):  # refused: the sender keeps it and sends it again
         client.receive(push)
     assert not client.inbox.peek(lambda p: True)  # and nothing unsaved is merged
-    client.spool.directory.unlink()
+    client.kept.spool.directory.unlink()
     assert client.receive(push)  # the re-send is not mistaken for a duplicate
     assert [(p.sender, p.round) for p in client.inbox.peek(lambda p: True)] == [(2, 0)]
-    assert len(list(client.spool.directory.glob("*.pt"))) == 1
+    assert len(list(client.kept.spool.directory.glob("*.pt"))) == 1
 
 
 class FullDisk(Spool):
@@ -142,7 +142,7 @@ def push_to_a_full_disk(tmp_path, full_for: float) -> tuple[ClientCore, ClientCo
     """Client 2 pushes its round 0 to client 0, whose spool fails ``full_for`` writes, and
     waits for the acknowledgement as a client at the end of its run does; the lost count."""
     receiver = checkpointing_core(tmp_path / "client-0.pt")
-    receiver.spool = FullDisk(receiver.spool.directory, full_for)
+    receiver.kept.spool = FullDisk(receiver.kept.spool.directory, full_for)
     sender = checkpointing_core(None, client_id=2)
     sender.set_view(View(2, (0, 1, 2), (0, 0, 0)), {0: LocalHandle(LocalClient(receiver))})
     sender.send(0, share(receiver, 2, 0))
@@ -151,15 +151,15 @@ def push_to_a_full_disk(tmp_path, full_for: float) -> tuple[ClientCore, ClientCo
 
 def test_a_push_the_receiver_had_no_room_for_is_sent_again_and_merged(tmp_path):
     receiver, sender, lost = push_to_a_full_disk(tmp_path, full_for=1)
-    assert receiver.spool.writes == 2  # refused once, kept when sent again
+    assert receiver.kept.spool.writes == 2  # refused once, kept when sent again
     assert lost == 0 and sender.outbox.hops == 1
-    assert [(p.sender, p.round) for p in receiver._gather(1)] == [(2, 0)]
-    assert len(list(receiver.spool.directory.glob("*.pt"))) == 1
+    assert [(p.sender, p.round) for p in receiver.exchange.gather(1)] == [(2, 0)]
+    assert len(list(receiver.kept.spool.directory.glob("*.pt"))) == 1
 
 
 def test_a_push_no_receiver_write_keeps_is_counted_lost_once_the_sender_gives_up(tmp_path):
     receiver, sender, lost = push_to_a_full_disk(tmp_path, full_for=math.inf)
-    assert receiver.spool.writes >= 2  # sent again before it was given up
+    assert receiver.kept.spool.writes >= 2  # sent again before it was given up
     assert lost == 1 and sender.outbox.hops == 0 and sender.control.unreachable == []
     assert not receiver.inbox.peek(lambda p: True)
     (given_up,) = [e for e in sender.control.events if e[0] == "payload_not_kept"]
@@ -174,7 +174,7 @@ def test_what_peers_a_round_behind_ask_for_is_there_after_a_restart(tmp_path):
     before = checkpointing_core(path)
     total = {"x": torch.tensor([7.0], dtype=torch.float64)}
     before.laps.results[("avg", 2)] = LapResult(total, (0, 1, 2))
-    before.published[2] = {"w": torch.arange(3.0)}
+    before.published.by_round[2] = {"w": torch.arange(3.0)}
     before.save_checkpoint(2)
 
     after = checkpointing_core(path)

@@ -174,7 +174,7 @@ def test_a_client_back_from_a_restart_takes_the_runs_clock(tmp_path, how):
     coordinator = Coordinator(elapsed_s=2.0)
     client = ClientCore(0, config, method, data, coordinator, run_clock=coordinator.run_clock)
     client.set_view(View(1, (0,), (0,)), {})
-    client.completed = 3  # as restored from its checkpoint of round 3
+    client.progress.completed = 3  # as restored from its checkpoint of round 3
     if how == "resumed":
         client.resume()
     else:

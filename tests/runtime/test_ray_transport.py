@@ -1,6 +1,6 @@
 """How Ray's errors read to the cores: a peer whose process died is gone (its payload is
 re-sent past it), a peer being restarted is unavailable, and a receiver's own error is
-neither."""
+neither; and an answer to a pull is refused by its size before it is rebuilt."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import time
 
 import pytest
 import ray
+import torch
 from ray.exceptions import OutOfMemoryError, WorkerCrashedError
 
+from ring_actors.delivery.payloads import Channel, Payload, PayloadError
 from ring_actors.delivery.transport import PeerGone
-from ring_actors.runtime.ray_transport import RayPending
+from ring_actors.delivery.wire import to_wire
+from ring_actors.runtime.ray_transport import RayClientHandle, RayPending, bounded
 
 pytestmark = pytest.mark.slow  # starts Ray
 
@@ -44,3 +47,23 @@ def test_a_dead_actor_is_gone_and_a_receivers_own_error_is_not(ray_local):
     ray.kill(peer, no_restart=True)
     with pytest.raises(PeerGone, match="ActorDiedError"):
         RayPending(in_flight).result(60)
+
+
+@ray.remote
+class Publisher:
+    def serve(self, round_: int, keys: tuple[str, ...]):
+        """2 MiB of NaN: refused as non-finite if rebuilt, by its size if not."""
+        tensors = {k: torch.full((2**19,), float("nan")) for k in keys}
+        return to_wire(Payload(1, round_, 1, round_, tensors, channel=Channel.PULLED))
+
+
+def test_an_answer_to_a_pull_over_the_limit_is_refused_before_it_is_rebuilt(ray_local):
+    """The limit is the puller's, set on the handles it holds (the coordinator that hands
+    them out knows no method's size)."""
+    publisher = RayClientHandle(Publisher.remote())
+    small = bounded({1: publisher}, max_bytes=2**20)[1]
+    with pytest.raises(PayloadError, match="exceed the limit of 1048576"):
+        small.serve(0, ("w",)).result(60)
+    large = bounded({1: publisher}, max_bytes=2**22)[1]
+    with pytest.raises(PayloadError, match="non-finite"):  # within it: rebuilt and checked
+        large.serve(0, ("w",)).result(60)
