@@ -11,7 +11,6 @@ if TYPE_CHECKING:
 LAP_FETCH_CAP_S = 5.0  # a lap result is a small call to one peer: never wait long for it
 RESEND_CAP_S = 1.0  # a send to a peer being restarted is tried again at least this often
 RECONCILE_CAP_S = 0.2  # the coordinator's reconcile pass runs at least this often
-PROBE_JITTER = 0.1  # a member's probes come a heartbeat apart, give or take this share
 SLOT_LEASE_S = 10.0  # a compute slot not renewed this long goes back to its pool
 LAUNCH_PAUSE_CAP_S = 1.0  # between a failed client start and the next; the launch's poll
 TRACKING_CLOSE_S = 60.0  # the tracker's ``end`` retries MLflow this long, then writes a file
@@ -29,13 +28,7 @@ class Timeouts:
     hop_s: float  # a send unacknowledged this long gets its target reported
     gather_s: float  # the longest a round waits for its in-neighbours' payloads
     round_wait_s: float  # what a round waits for them: schedule.max_wait_s, at most gather_s
-    # A member gone (crashed or frozen) is bypassed within this: its next probe (one
-    # heartbeat, jittered by up to 10%: ``coordinator/health.py``), the probe's timeout
-    # and a reconcile pass.
-    bypass_s: float
-    # The longest a joiner waits for its hand-off: a donor gone before it handed over is
-    # bypassed and the next donor asked (``bypass_s``), whose hand-off takes one hop more.
-    hand_off_s: float
+    hand_off_s: float  # the longest a joiner waits for its predecessor's hand-off
     pull_s: float  # the longest a pull waits for the peers' answers
     lap_retry_s: float  # a lap leader restarts an attempt that has not come back
     lap_give_up_s: float  # a lap that has not finished by then is abandoned
@@ -58,19 +51,15 @@ class Timeouts:
     def from_schedule(cls, schedule: ScheduleSection) -> Timeouts:
         """A lap restart covers a full circuit of hops (2x); giving up allows several (6x).
         A restarted coordinator reads its record and waits for the clients' journals
-        (``journal_s`` each, in flight together): ten hops bound its return. The stall
-        limit does not bound a hand-off: a stalled member still answers calls."""
+        (``journal_s`` each, in flight together): ten hops bound its return."""
         hop_s = schedule.hop_timeout_s
-        reconcile_s = min(RECONCILE_CAP_S, schedule.heartbeat_s)
-        bypass_s = (1 + PROBE_JITTER) * schedule.heartbeat_s + hop_s + reconcile_s
         return cls(
             hop_s=hop_s,
             gather_s=hop_s,
             round_wait_s=min(
                 hop_s, schedule.max_wait_s if schedule.max_wait_s is not None else hop_s
             ),
-            bypass_s=bypass_s,
-            hand_off_s=bypass_s + hop_s,
+            hand_off_s=hop_s,
             pull_s=hop_s,
             lap_retry_s=2 * hop_s,
             lap_give_up_s=6 * hop_s,
@@ -80,7 +69,7 @@ class Timeouts:
             journal_s=hop_s,
             resend_s=min(RESEND_CAP_S, hop_s / 4),
             stall_s=schedule.stall_hops * hop_s,
-            reconcile_s=reconcile_s,
+            reconcile_s=min(RECONCILE_CAP_S, schedule.heartbeat_s),
             slot_lease_s=SLOT_LEASE_S,
             control_s=2 * hop_s,
             client_control_s=2 * hop_s,

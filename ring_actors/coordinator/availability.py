@@ -95,7 +95,7 @@ class Availability(CoordinatorState):
             self.checkpoint(force=True)
             self._broadcast()
             if checkpoint_round is None:
-                self._hand_off(client_id)
+                self._hand_off(after, client_id, handle)
             view = self.table.view()
             handles = {c: self.handles[c] for c in view.members}
             return Readmission(first_round, checkpoint_round is None, view, handles)

@@ -38,9 +38,6 @@ from ring_actors.timeouts import Timeouts
 
 log = logging.getLogger(__name__)
 
-# How a joiner reports it started: from a hand-off, without one, or fresh as configured.
-JOIN_STARTS = (EventKind.JOIN_INITIALISED, EventKind.JOIN_WITHOUT_HAND_OFF, EventKind.JOIN_FRESH)
-
 
 class CoordinatorCore(Availability, Recovery, RunOutputs):
     """One writer of membership and results; ``reconcile`` is one non-blocking pass."""
@@ -150,24 +147,16 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
             self._event(EventKind.JOIN, client_id, first_round, f"spliced in after {after}")
             self.checkpoint(force=True)  # written before anyone acts on the new member
             self._broadcast()
-            self._hand_off(client_id)
+            donor = self.table.donor_for(client_id)
+            if donor is not None:
+                self._hand_off(donor, client_id, handle)
             handle.start(first_round, True)
             return after
 
-    def _hand_off(self, client_id: int) -> None:
-        """Ask the newcomer's donor to hand it its state, unless newcomers start fresh; the
-        newcomer waits for it until it reports how it started."""
+    def _hand_off(self, after: int, client_id: int, handle: ClientHandle) -> None:
+        """Ask ``after`` to hand the newcomer its state, unless newcomers start fresh."""
         if self.config.clients.join_start == "hand_off":
-            donor = self.table.await_hand_off(client_id)
-            if donor is not None:
-                self.handles[donor].hand_off(client_id, self.handles[client_id])
-
-    def _redo_hand_offs(self) -> None:
-        """A joiner whose donor left the ring before it reported its start is handed its
-        state by the next donor (the donor may have died before the join, unnoticed)."""
-        for joiner, donor in self.table.redo_hand_offs().items():
-            log.info("client %d's hand-off asked of client %d instead", joiner, donor)
-            self.handles[donor].hand_off(joiner, self.handles[joiner])
+            self.handles[after].hand_off(client_id, handle)
 
     def _predecessor(self, client_id: int) -> int:
         order = self.table.order
@@ -189,7 +178,6 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
             if client_id in self.health.hung and not self.table.is_live(client_id):
                 self._rejoin(client_id)
             self.table.seen(client_id, round_)
-            self.table.handed_off(client_id)  # it trained: it started, one way or another
             self.health.heard(client_id)
             if not self.results.has_round(client_id, round_):
                 self.pace.record(client_id, metrics)
@@ -199,8 +187,6 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
         self, kind: EventKind, client_id: int, round_: int, detail: str = "", **measured: float
     ) -> None:
         with self.lock:
-            if kind in JOIN_STARTS:
-                self.table.handed_off(client_id)
             self._event(kind, client_id, round_, detail, **measured)
 
     def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
@@ -258,7 +244,6 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
             self._start_probes,
             self._watch_rounds,
             self._watch_availability,
-            self._redo_hand_offs,
             self._watch_pace,
             self._reconcile_views,
             self._settle_heals,

@@ -52,9 +52,6 @@ class MembershipTable:
         self.epoch = 0
         self.stragglers: frozenset[int] = frozenset()
         self.speeds: dict[int, float] = {}
-        # Joiners still waiting for their state, each with the donor asked (None: nobody
-        # was live to ask); a donor that leaves the ring first is replaced.
-        self.hand_offs: dict[int, int | None] = {}
 
     def add(
         self, client_id: int, node_id: str = "", after: int | None = None, first_round: int = 0
@@ -128,29 +125,6 @@ class MembershipTable:
         trained = [c for c in live if self.members[c].rounds_trained > 0]
         return next(iter(trained or live), None)
 
-    def await_hand_off(self, joiner: int) -> int | None:
-        """Note that ``joiner`` waits for a hand-off; the donor to ask, if anyone is live."""
-        self.hand_offs[joiner] = self.donor_for(joiner)
-        return self.hand_offs[joiner]
-
-    def handed_off(self, joiner: int) -> None:
-        """``joiner`` has its first state (or gave up waiting): no donor owes it anything."""
-        self.hand_offs.pop(joiner, None)
-
-    def redo_hand_offs(self) -> dict[int, int]:
-        """Joiners whose donor left the ring (or who had none), with the donor to ask now:
-        whether a crash was noticed before or after the join must not decide what a joiner
-        starts from. A joiner that left the ring itself waits for nothing."""
-        redo: dict[int, int] = {}
-        for joiner, donor in list(self.hand_offs.items()):
-            if not self.is_live(joiner):
-                del self.hand_offs[joiner]
-            elif donor is None or not self.is_live(donor):
-                donor = self.await_hand_off(joiner)
-                if donor is not None:
-                    redo[joiner] = donor
-        return redo
-
     def set_pace(self, stragglers: frozenset[int], speeds: dict[int, float]) -> bool:
         """New stragglers or speeds for the views; True when they changed (epoch bumped)."""
         if stragglers == self.stragglers and speeds == self.speeds:
@@ -195,13 +169,7 @@ class MembershipTable:
     def to_record(self) -> dict[str, Any]:
         """The table as plain data (for the coordinator's JSON checkpoint)."""
         members = [{**asdict(m), "state": m.state.value} for m in self.members.values()]
-        hand_offs = [[joiner, donor] for joiner, donor in self.hand_offs.items()]
-        return {
-            "epoch": self.epoch,
-            "order": list(self.order),
-            "members": members,
-            "hand_offs": hand_offs,
-        }
+        return {"epoch": self.epoch, "order": list(self.order), "members": members}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> MembershipTable:
@@ -210,8 +178,6 @@ class MembershipTable:
         for fields in record["members"]:
             member = Member(**{**fields, "state": MemberState(fields["state"])})
             table.members[member.client_id] = member
-        for joiner, donor in record.get("hand_offs", []):  # an older record has none
-            table.hand_offs[int(joiner)] = None if donor is None else int(donor)
         return table
 
     def seen(self, client_id: int, round_: int | None = None) -> None:
