@@ -25,7 +25,7 @@ from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import load_dataset
 from ring_actors.delivery.payloads import Payload
-from ring_actors.delivery.transport import ClientHandle, PeerGone
+from ring_actors.delivery.transport import ClientHandle, Joining, PeerGone
 from ring_actors.delivery.view import View
 from ring_actors.faults.driver_side import AppliedFaults, carry_out
 from ring_actors.storage.run_folder import RunFolder
@@ -94,14 +94,14 @@ class LocalHandle:
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
         self.client.call(self.client.core.set_view, view, dict(handles))
 
-    def start(self, first_round: int = 0, joining: bool = False) -> None:
+    def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
         self.client.call(self.client.core.start, first_round, joining)
 
     def resume(self) -> None:
         self.client.call(self.client.core.resume)
 
-    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
-        self.client.call(self.client.core.hand_off, joiner, handle)
+    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
+        self.client.call(self.client.core.hand_off, joiner, handle, round_)
 
     def journal(self) -> Future[list[dict]]:
         return self.client.call(self.client.core.journal)

@@ -28,7 +28,9 @@ class Timeouts:
     hop_s: float  # a send unacknowledged this long gets its target reported
     gather_s: float  # the longest a round waits for its in-neighbours' payloads
     round_wait_s: float  # what a round waits for them: schedule.max_wait_s, at most gather_s
-    hand_off_s: float  # the longest a joiner waits for its predecessor's hand-off
+    # The longest a joiner waits for its donor's hand-off: the donor sends it once it ends the
+    # round before the joiner's first, and a member that ends no round this long is hung.
+    hand_off_s: float
     pull_s: float  # the longest a pull waits for the peers' answers
     lap_retry_s: float  # a lap leader restarts an attempt that has not come back
     lap_give_up_s: float  # a lap that has not finished by then is abandoned
@@ -59,7 +61,7 @@ class Timeouts:
             round_wait_s=min(
                 hop_s, schedule.max_wait_s if schedule.max_wait_s is not None else hop_s
             ),
-            hand_off_s=hop_s,
+            hand_off_s=schedule.stall_hops * hop_s,
             pull_s=hop_s,
             lap_retry_s=2 * hop_s,
             lap_give_up_s=6 * hop_s,

@@ -81,6 +81,28 @@ def test_a_joiner_is_spliced_in_and_initialised(tmp_path):
     assert run.clients[4].core.completed == 4
 
 
+def test_a_joiner_starts_from_its_donor_s_state_of_the_round_before_its_first(tmp_path):
+    run = ring(tmp_path, algorithm="fedavg", rounds=5, reserve=1)
+    run.start()
+    run.join(1, first_round=3)  # asked before anyone ended a round
+    run.wait(timeout_s=60)
+    run.close()
+    (event,) = [e for e in run.coordinator.events if e["kind"] == "join_initialised"]
+    assert event["round"] == 2
+
+
+def test_a_joiner_whose_donor_leaves_first_goes_on_without_a_hand_off(tmp_path):
+    run = ring(tmp_path, algorithm="fedavg", rounds=6, reserve=1)
+    run.start()
+    (joiner,) = run.join(1, first_round=4)
+    run.kill(run.coordinator.table.donor_for(joiner))  # before it ends round 3
+    run.wait(timeout_s=60)
+    run.close()
+    (event,) = [e for e in run.coordinator.events if e["kind"] == "join_without_hand_off"]
+    assert "left the ring" in event["detail"]
+    assert run.clients[joiner].core.completed == 5
+
+
 def test_a_joiner_told_to_start_fresh_is_handed_nothing(tmp_path):
     run = ring(tmp_path, rounds=5, reserve=1, join_start="fresh")
     run.start()

@@ -179,22 +179,33 @@ class PeerAnswers:
             for payload in {id(p): p for p in pushes}.values():
                 self.outbox.send(target, payload)
 
-    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
-        """Give a newcomer what the method says it starts from (snapshotted each round)."""
+    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
+        """Give a newcomer what the method says it starts from, as it was at the end of
+        ``round_``: sent now if that round has ended, else once it does. The same state
+        however late the request arrives, so a run with a join is reproducible."""
         with self.published.lock:
-            tensors = self.published.hand_off
-            epoch = self.membership.view.epoch
-        if tensors:
+            self.published.waiting_joiners.append((joiner, handle, round_))
+        self.hand_offs_due()
+
+    def hand_offs_due(self) -> None:
+        """Send the hand-offs whose round has ended (called after each publish)."""
+        published = self.published
+        with published.lock:
+            ended = published.hand_off_round
+            due = [w for w in published.waiting_joiners if w[2] <= ended]
+            published.waiting_joiners = [w for w in published.waiting_joiners if w[2] > ended]
+            tensors, epoch = published.hand_off, self.membership.view.epoch
+        for joiner, handle, round_ in due:
+            if round_ < ended:  # asked late (a restarted donor): its nearest state after
+                log.info("client %d hands %d round %d, asked %d", self.id, joiner, ended, round_)
+            self._send_hand_off(joiner, handle, Payload(
+                self.id, max(ended, 0), epoch, seq=-1, tensors=tensors,
+                num_samples=self.num_samples, channel=Channel.INIT,
+            ))  # fmt: skip
+
+    def _send_hand_off(self, joiner: int, handle: ClientHandle, payload: Payload) -> None:
+        if payload.tensors:
             self.outbox.set_handles(self.hetero.wrap(self.id, {joiner: handle}, self._on_link))
-            payload = Payload(
-                self.id,
-                max(self.progress.completed, 0),
-                epoch,
-                seq=-1,
-                tensors=tensors,
-                num_samples=self.num_samples,
-                channel=Channel.INIT,
-            )
             self.outbox.send(joiner, payload)
 
     def reject(self, reason: str) -> bool:

@@ -19,7 +19,7 @@ from ring_actors.client.state import Journal, Progress, Published
 from ring_actors.config import Config
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.outbox import NotKept, Outbox
-from ring_actors.delivery.payloads import Channel, Payload
+from ring_actors.delivery.payloads import Channel, Payload, detach_to_cpu
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ControlLink
 from ring_actors.storage.durable import write_atomic
@@ -157,9 +157,12 @@ class Checkpointing:
         self.progress.first_round = saved["first_round"]
         entries = self.journal.restore(saved["journal"])
         published = self.published
+        hand_off = detach_to_cpu(self.host.algorithm.hand_off_state())
         with published.lock:
             *published.recent_pushes, published.last_push = saved["pushes"] or [None]
             published.by_round = saved["published"]
+            # A joiner's donor hands the state it resumed, not the one it was built with.
+            published.hand_off, published.hand_off_round = hand_off, saved["round"]
         self.laps.restore(saved["laps"])
         torch.set_rng_state(saved["torch_rng"])
         self.kept.restore(self.device)  # acknowledged before the crash

@@ -42,7 +42,7 @@ from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.outbox import Outbox
 from ring_actors.delivery.payloads import Channel, Payload, detach_to_cpu
-from ring_actors.delivery.transport import ClientHandle, ControlLink, PeerGone, Pending
+from ring_actors.delivery.transport import ClientHandle, ControlLink, Joining, PeerGone, Pending
 from ring_actors.delivery.view import View
 from ring_actors.delivery.wire import WirePayload
 from ring_actors.faults.client_side import FaultActions, slow_delay, strike
@@ -139,10 +139,10 @@ class ClientCore:
         self.resumed_after = -1  # a restarted client does not re-enter its fatal round's fault
         self.slots.release()  # what building the method cached is not kept while waiting
 
-    def start(self, first_round: int = 0, joining: bool = False) -> None:
+    def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
         """Start the round loop on its own thread and return at once.
 
-        A joining client first waits for its predecessor's hand-off and initialises from it.
+        A joining client first waits for its donor's hand-off and initialises from it.
         """
         if self.thread is None:
             if self.progress.completed >= 0:  # restored from a checkpoint: skip its fault
@@ -158,9 +158,9 @@ class ClientCore:
         only the rounds the checkpoint finished are behind it."""
         if self.thread is None:
             self.resumed_after = self.progress.completed
-            self._start_thread(self.progress.completed + 1, joining=False)
+            self._start_thread(self.progress.completed + 1, joining=None)
 
-    def _start_thread(self, first_round: int, joining: bool) -> None:
+    def _start_thread(self, first_round: int, joining: Joining | None) -> None:
         self.thread = threading.Thread(
             target=self.run, args=(first_round, joining), name=f"client-{self.id}", daemon=True
         )
@@ -180,8 +180,8 @@ class ClientCore:
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
         self.answers.set_view(view, handles)
 
-    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
-        self.answers.hand_off(joiner, handle)
+    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
+        self.answers.hand_off(joiner, handle, round_)
 
     def ping(self) -> int:
         """Heartbeat: the last round this client finished."""
@@ -254,15 +254,15 @@ class ClientCore:
 
     # ---- round loop ---------------------------------------------------------------------
 
-    def run(self, first_round: int, joining: bool) -> None:
+    def run(self, first_round: int, joining: Joining | None) -> None:
         """Every round from ``first_round`` on; a failure is reported, never swallowed."""
         try:
             self.availability.take_run_clock()
             self.exchange.await_first_view()
-            if joining:
+            if joining is not None:
                 with self.slots.resident():
                     self.algorithm.joining(first_round)
-                self.exchange.initialise_from_hand_off()
+                self.exchange.initialise_from_hand_off(joining.donor)
             self._rounds(first_round)
             self.availability.rounds_over()
             self._score_at_budget_end()
@@ -302,6 +302,7 @@ class ClientCore:
         if self.availability.evaluates(round_):
             metrics.update(self.training.evaluate(round_))
         self.exchange.publish(round_)
+        self.answers.hand_offs_due()
         metrics.update(self._measured(before, len(received), trained, delay))
         self._report_round(round_, metrics)
         return True

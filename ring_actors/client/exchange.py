@@ -96,19 +96,34 @@ class Exchange:
                 lambda: self.membership.current.epoch > 0, self.timeouts.hop_s, self.outbox.poll
             )
 
-    def initialise_from_hand_off(self) -> None:
-        """Run ``init_from`` on the hand-off; a method that hands nothing over needs none,
-        and a newcomer configured to start fresh waits for none."""
+    def initialise_from_hand_off(self, donor: int | None) -> None:
+        """Run ``init_from`` on ``donor``'s hand-off; a method that hands nothing over needs
+        none, and a newcomer configured to start fresh waits for none. The donor hands over
+        once it ends the round before this client's first, so the wait covers its rounds; it
+        ends early when the donor leaves the ring, as nothing will come then."""
         if self.config.clients.join_start == "fresh":
             self.host.event(EventKind.JOIN_FRESH, -1)
             return
         if not self.published.hand_off:
             return
-        arrived = self.inbox.wait(
-            lambda: bool(self.inbox.peek(_is_init)), self.timeouts.hand_off_s, self.outbox.poll
+
+        def donor_left() -> bool:
+            members = self.membership.current.members
+            return self.id in members and donor not in members  # a view since the join
+
+        arrived = donor is not None and self.inbox.wait(
+            lambda: bool(self.inbox.peek(_is_init)) or donor_left(),
+            self.timeouts.hand_off_s,
+            self.outbox.poll,
         )
-        if not arrived:
-            self.host.event(EventKind.JOIN_WITHOUT_HAND_OFF, -1)
+        if not arrived or not self.inbox.peek(_is_init):
+            if donor is None:
+                detail = "nobody to hand it over"
+            elif arrived:
+                detail = f"none from {donor}: it left the ring"
+            else:
+                detail = f"none from {donor} in {self.timeouts.hand_off_s:g} s"
+            self.host.event(EventKind.JOIN_WITHOUT_HAND_OFF, -1, detail)
             return
         payload = self.inbox.pop(_is_init)[-1]
         with self.slots.resident():
@@ -206,7 +221,7 @@ class Exchange:
             hand_off = detach_to_cpu(method.hand_off_state())
             offer = detach_to_cpu(method.offer() or {}) if self.specs.offers else None
         with published.lock:
-            published.hand_off = hand_off
+            published.hand_off, published.hand_off_round = hand_off, round_
         if offer is not None:
             with published.lock:
                 published.by_round[round_] = shared

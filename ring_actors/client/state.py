@@ -75,6 +75,9 @@ class Published:
 
     lock: threading.Lock
     hand_off: dict[str, torch.Tensor]  # snapshotted each round
+    hand_off_round: int = -1  # the round ``hand_off`` ended (-1: the state it started with)
+    # Joiners asked for the state of a round not ended yet: (joiner, its handle, the round).
+    waiting_joiners: list[tuple[int, ClientHandle, int]] = field(default_factory=list)
     by_round: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
     last_push: Payload | None = None
     # Re-sent to a new out-neighbour, which may need the one before the newest.

@@ -15,7 +15,7 @@ import random
 from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.state import CoordinatorState
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.transport import ClientHandle, Readmission
+from ring_actors.delivery.transport import ClientHandle, Joining, Readmission
 
 
 class Availability(CoordinatorState):
@@ -66,7 +66,7 @@ class Availability(CoordinatorState):
                     self._broadcast()
                 view = self.table.view()
                 handles = {c: self.handles[c] for c in view.members}
-                return Readmission(member.first_round, False, view, handles)
+                return Readmission(member.first_round, None, view, handles)
         return self.rejoin(client_id, handle, node_id, round_)
 
     def rejoin(
@@ -94,11 +94,12 @@ class Availability(CoordinatorState):
             self._event(EventKind.REJOIN, client_id, first_round, f"after {after}, {how}")
             self.checkpoint(force=True)
             self._broadcast()
+            joining: Joining | None = None
             if checkpoint_round is None:
-                self._hand_off(after, client_id, handle)
+                joining = self._hand_off(after, client_id, handle, first_round)
             view = self.table.view()
             handles = {c: self.handles[c] for c in view.members}
-            return Readmission(first_round, checkpoint_round is None, view, handles)
+            return Readmission(first_round, joining, view, handles)
 
     def _rejoin(self, client_id: int) -> None:
         """A member bypassed as hung is back, with its private state: splice it in again

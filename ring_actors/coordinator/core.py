@@ -31,7 +31,7 @@ from ring_actors.coordinator.recovery import Recovery
 from ring_actors.coordinator.results import Results
 from ring_actors.coordinator.tracking import Tracker
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.transport import ClientHandle
+from ring_actors.delivery.transport import ClientHandle, Joining
 from ring_actors.heterogeneity.model import Heterogeneity
 from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import Timeouts
@@ -130,9 +130,9 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
     ) -> int:
         """Splice a new client in after a (seeded) random member and start it there.
 
-        Its nearest live predecessor that trained hands it its latest shared state for
-        ``init_from``; the newcomer first trains ``first_round``, or the earliest round the
-        ring cannot have begun. Returns the id of the member it follows in ring order.
+        Its nearest live predecessor that trained hands it, for ``init_from``, its state at
+        the end of the round before the newcomer's first: ``first_round``, or the earliest
+        round the ring cannot have begun. Returns the id of the member it follows.
         """
         with self.lock:
             if client_id in self.table.members:  # a retried admission changes nothing
@@ -148,15 +148,19 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
             self.checkpoint(force=True)  # written before anyone acts on the new member
             self._broadcast()
             donor = self.table.donor_for(client_id)
-            if donor is not None:
-                self._hand_off(donor, client_id, handle)
-            handle.start(first_round, True)
+            handle.start(first_round, self._hand_off(donor, client_id, handle, first_round))
             return after
 
-    def _hand_off(self, after: int, client_id: int, handle: ClientHandle) -> None:
-        """Ask ``after`` to hand the newcomer its state, unless newcomers start fresh."""
-        if self.config.clients.join_start == "hand_off":
-            self.handles[after].hand_off(client_id, handle)
+    def _hand_off(
+        self, donor: int | None, client_id: int, handle: ClientHandle, first_round: int
+    ) -> Joining:
+        """Ask ``donor`` to hand the newcomer its state at the end of the round before
+        ``first_round`` (the same state however late the request reaches it), unless
+        newcomers start fresh; what the newcomer waits for."""
+        if donor is None or self.config.clients.join_start != "hand_off":
+            return Joining(None)
+        self.handles[donor].hand_off(client_id, handle, first_round - 1)
+        return Joining(donor)
 
     def _predecessor(self, client_id: int) -> int:
         order = self.table.order

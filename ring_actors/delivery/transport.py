@@ -39,6 +39,15 @@ class Pending(Protocol, Generic[T]):
         ``timeout`` passed first."""
 
 
+@dataclass(frozen=True)
+class Joining:
+    """A client spliced in with no state of its own: it starts from ``donor``'s state at
+    the end of the round before its first, or from nothing when ``donor`` is None (nobody
+    was asked). A joiner whose donor leaves the ring before handing over stops waiting."""
+
+    donor: int | None
+
+
 class ClientHandle(Protocol):
     """A client as its peers and the coordinator call it; every call returns at once."""
 
@@ -52,11 +61,11 @@ class ClientHandle(Protocol):
 
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None: ...
 
-    def start(self, first_round: int = 0, joining: bool = False) -> None: ...
+    def start(self, first_round: int = 0, joining: Joining | None = None) -> None: ...
 
     def resume(self) -> None: ...
 
-    def hand_off(self, joiner: int, handle: ClientHandle) -> None: ...
+    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None: ...
 
     def journal(self) -> Pending[list[dict]]: ...
 
@@ -70,7 +79,7 @@ class Readmission:
     """
 
     first_round: int
-    joining: bool  # no checkpoint: wait for the predecessor's hand-off first
+    joining: Joining | None  # no checkpoint: wait for the predecessor's hand-off first
     view: View
     handles: Mapping[int, ClientHandle]
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ring_actors.data.partition import ClientSplit
     from ring_actors.data.sources import DatasetArrays
     from ring_actors.delivery.payloads import Payload
-    from ring_actors.delivery.transport import ClientHandle, Readmission
+    from ring_actors.delivery.transport import ClientHandle, Joining, Readmission
     from ring_actors.delivery.view import View
     from ring_actors.delivery.wire import WirePayload
 
@@ -179,14 +179,14 @@ class ClientActor:
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
         self.core.set_view(view, bounded(handles, self.core.max_payload_bytes))
 
-    def start(self, first_round: int = 0, joining: bool = False) -> None:
+    def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
         self.core.start(first_round, joining)
 
     def resume(self) -> None:
         self.core.resume()
 
-    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
-        self.core.hand_off(joiner, handle)
+    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
+        self.core.hand_off(joiner, handle, round_)
 
     # The coordinator's probes run on threads of their own: receives blocked on a slow disk
     # (the spool) can take every default thread, and a busy client is not a hung one.

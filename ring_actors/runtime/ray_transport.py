@@ -17,7 +17,13 @@ from ray.exceptions import (
 )
 
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.transport import ClientHandle, PeerGone, PeerUnavailable, Readmission
+from ring_actors.delivery.transport import (
+    ClientHandle,
+    Joining,
+    PeerGone,
+    PeerUnavailable,
+    Readmission,
+)
 from ring_actors.delivery.view import View
 
 if TYPE_CHECKING:  # the coordinator and the slot pools never import torch
@@ -101,14 +107,14 @@ class RayClientHandle:
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
         self.actor.set_view.remote(view, dict(handles))
 
-    def start(self, first_round: int = 0, joining: bool = False) -> None:
+    def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
         self.actor.start.remote(first_round, joining)
 
     def resume(self) -> None:
         self.actor.resume.remote()
 
-    def hand_off(self, joiner: int, handle: ClientHandle) -> None:
-        self.actor.hand_off.remote(joiner, handle)
+    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
+        self.actor.hand_off.remote(joiner, handle, round_)
 
     def journal(self) -> RayPending:
         return RayPending(self.actor.journal.remote())

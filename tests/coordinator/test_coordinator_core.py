@@ -16,6 +16,7 @@ from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.outputs import WRITE_COST_SHARE
 from ring_actors.coordinator.tracking import Retry, Tracker
 from ring_actors.delivery.event_kinds import EventKind
+from ring_actors.delivery.transport import Joining
 from tests.helpers.scripted_clients import ScriptedClient, make
 
 
@@ -39,7 +40,7 @@ def test_start_sends_one_view_and_starts_everyone(tmp_path):
     core, handles = make(tmp_path)
     for c in range(3):
         (view,) = handles[c].views
-        assert view.members == (0, 1, 2) and handles[c].started == [(0, False)]
+        assert view.members == (0, 1, 2) and handles[c].started == [(0, None)]
 
 
 def test_a_dead_member_is_bypassed_and_the_survivors_get_a_new_view(tmp_path):
@@ -94,7 +95,7 @@ def test_a_retried_admission_changes_nothing(tmp_path):
     after = core.admit(3, handles[3], "node")
     epoch = core.table.epoch
     assert core.admit(3, handles[3], "node") == after
-    assert core.table.epoch == epoch and handles[3].started == [(1, True)]
+    assert core.table.epoch == epoch and handles[3].started == [(1, Joining(0))]
 
 
 @pytest.mark.parametrize("policy", ["drop", "stop"])
@@ -397,5 +398,6 @@ def test_a_joiner_is_handed_its_state_by_its_nearest_live_predecessor_that_train
     after = core.admit(3, handles[3], "node", first_round=2)
     ring = core.table.order
     assert ring[ring.index(3) - 1] == after
-    assert handles[2].handed_to == [3]  # the only member that trained
+    assert handles[2].handed_to == [(3, 1)]  # the only member that trained; round 2 - 1
+    assert handles[3].started == [(2, Joining(2))]
     assert not handles[0].handed_to and not handles[1].handed_to

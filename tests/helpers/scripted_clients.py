@@ -18,8 +18,8 @@ class ScriptedClient:
         self.id = client_id
         self.state = "alive"
         self.views: list = []
-        self.started: list[tuple[int, bool]] = []
-        self.handed_to: list[int] = []
+        self.started: list[tuple[int, object]] = []
+        self.handed_to: list[tuple[int, int]] = []  # (joiner, round)
 
     def _answer(self, value) -> Future:
         future: Future = Future()
@@ -40,11 +40,11 @@ class ScriptedClient:
     def set_view(self, view, handles) -> None:
         self.views.append(view)
 
-    def start(self, first_round: int = 0, joining: bool = False) -> None:
+    def start(self, first_round: int = 0, joining=None) -> None:
         self.started.append((first_round, joining))
 
-    def hand_off(self, joiner: int, handle) -> None:
-        self.handed_to.append(joiner)
+    def hand_off(self, joiner: int, handle, round_: int) -> None:
+        self.handed_to.append((joiner, round_))
 
 
 def make(tmp_path, clients=3, find=None, sections=None, **schedule):
