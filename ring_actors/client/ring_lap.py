@@ -105,6 +105,9 @@ class LapHost(Protocol):
 
     def fetch_lap_result(self, leader: int, name: str, round_: int) -> LapResult | None: ...
 
+    def time_left(self) -> float:
+        """Seconds of the run's time budget left (inf without one)."""
+
 
 class RingLaps:
     """One client's side of every lap: add and forward, lead and restart, keep results."""
@@ -205,11 +208,15 @@ class RingLaps:
         """Take part in lap ``name`` of ``round_``; None only if it could not finish.
 
         The lap goes in chunks when its leader's contribution has ``chunk_min_bytes`` or
-        more and three members or more run the round, as one token otherwise.
+        more and three members or more run the round, as one token otherwise. It gives up
+        when the run's time budget ends: a member that saw the budget end before this round
+        never joins it, and the others must not wait for it past the run's end.
         """
         host, key = self.host, (name, round_)
         started = time.monotonic()
-        deadline = started + self.timeouts.lap_give_up_s
+        budget_s = max(0.0, host.time_left())
+        deadline = started + min(self.timeouts.lap_give_up_s, budget_s)
+        why = "the time budget ended" if budget_s < self.timeouts.lap_give_up_s else None
         chunks = ChunkedLap(host, name, round_, contribution, self.chunk_min_bytes)
         mine: set[int] = set()  # token attempts this client started as leader
         led = 0  # attempts of either kind this client started as leader
@@ -289,11 +296,8 @@ class RingLaps:
                         self.results.setdefault(key, fetched)
                     continue
             if time.monotonic() > deadline:
-                host.event(
-                    EventKind.LAP_FAILED,
-                    round_,
-                    f"lap {name!r} gave up after {deadline - started:.0f}s",
-                )
+                after = f"after {deadline - started:.1f}s" + (f": {why}" if why else "")
+                host.event(EventKind.LAP_FAILED, round_, f"lap {name!r} gave up {after}")
                 return None
             host.inbox.wait(
                 lambda epoch=view.epoch: (

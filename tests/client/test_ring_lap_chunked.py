@@ -11,10 +11,11 @@ import torch
 
 from ring_actors.client.chunk_layout import add_part, cut, flatten, layout_of
 from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES
+from ring_actors.config import config_from_dict
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from tests.helpers.lap_sums import LAP, ROUND
-from tests.helpers.scheduled_network import Net, ring
+from tests.helpers.scheduled_network import CONFIG, Net, ring
 
 Parts = dict[str, torch.Tensor]
 
@@ -262,3 +263,24 @@ def test_a_part_of_another_dtype_is_refused_not_added():
     assert all(r is None for r in results.values())
     events = [e for core in net.cores.values() for e in core.control.events]
     assert any(e[0] == EventKind.LAP_TOKEN_REFUSED and "float64" in e[2] for e in events)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_lap_gives_up_when_the_run_s_time_budget_ends(chunked):
+    """A member that saw the budget end before the round never joins its lap: the others
+    give up at the budget's end, not a give-up timeout later (minutes past the run's end)."""
+    config = config_from_dict(
+        {
+            **CONFIG.to_dict(),
+            "experiment": {"time_budget_s": 1.0},
+            "schedule": {"hop_timeout_s": 30},
+        }
+    )
+    net, _ = ring(3, config, chunked=chunked)
+    parts = {m: weights(m, 4) for m in (0, 1)}  # member 2's budget ended before the round
+    results, _ = run_lap(net, parts, limit_s=20.0)  # a give-up timeout is 180 s here
+    assert results == {0: None, 1: None}
+    failed = [
+        e for m in (0, 1) for e in net.cores[m].control.events if e[0] == EventKind.LAP_FAILED
+    ]
+    assert len(failed) == 2 and all("time budget ended" in e[2] for e in failed)
