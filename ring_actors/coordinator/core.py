@@ -130,9 +130,9 @@ class CoordinatorCore(Availability, Recovery, RunOutputs):
     ) -> int:
         """Splice a new client in after a (seeded) random member and start it there.
 
-        Its nearest live predecessor that trained hands it, for ``init_from``, its state at
-        the end of the round before the newcomer's first: ``first_round``, or the earliest
-        round the ring cannot have begun. Returns the id of the member it follows.
+        Its nearest live predecessor from an earlier round hands it, for ``init_from``, its
+        state at the end of the round before the newcomer's first: ``first_round``, or the
+        earliest round the ring cannot have begun. Returns the id of the member it follows.
         """
         with self.lock:
             if client_id in self.table.members:  # a retried admission changes nothing

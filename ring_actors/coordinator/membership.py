@@ -118,12 +118,14 @@ class MembershipTable:
 
     def donor_for(self, client_id: int) -> int | None:
         """Who hands a member just spliced in its state: its nearest live predecessor that
-        has trained, else its nearest live one; None with nobody else live."""
+        trains from an earlier round (so it ends the round before the newcomer's first);
+        None when no such member is live. Ring order and first rounds decide, never the
+        order reports arrived in, so a rerun of the same plan picks the same donor."""
         at = self.order.index(client_id)
         before = [self.order[(at - k) % len(self.order)] for k in range(1, len(self.order))]
-        live = [c for c in before if self.is_live(c)]
-        trained = [c for c in live if self.members[c].rounds_trained > 0]
-        return next(iter(trained or live), None)
+        first = self.members[client_id].first_round
+        earlier = (c for c in before if self.is_live(c) and self.members[c].first_round < first)
+        return next(earlier, None)
 
     def set_pace(self, stragglers: frozenset[int], speeds: dict[int, float]) -> bool:
         """New stragglers or speeds for the views; True when they changed (epoch bumped)."""

@@ -392,12 +392,12 @@ def test_where_a_joiner_is_spliced_in_does_not_depend_on_who_reported_first(tmp_
     assert without_2[1:] == without_2[:-1], rings
 
 
-def test_a_joiner_is_handed_its_state_by_its_nearest_live_predecessor_that_trained(tmp_path):
+def test_a_joiner_is_handed_the_state_of_the_round_before_its_first_by_its_predecessor(tmp_path):
     core, handles = make(tmp_path)
-    core.report_round(2, 0, {"loss": 1.0})
+    core.report_round(2, 0, {"loss": 1.0})  # who reported first does not choose the donor
     after = core.admit(3, handles[3], "node", first_round=2)
     ring = core.table.order
     assert ring[ring.index(3) - 1] == after
-    assert handles[2].handed_to == [(3, 1)]  # the only member that trained; round 2 - 1
-    assert handles[3].started == [(2, Joining(2))]
-    assert not handles[0].handed_to and not handles[1].handed_to
+    assert handles[after].handed_to == [(3, 1)]  # the state at the end of round 2 - 1
+    assert handles[3].started == [(2, Joining(after))]
+    assert all(not handles[c].handed_to for c in (0, 1, 2) if c != after)

@@ -161,17 +161,22 @@ def test_an_offline_member_is_kept_in_the_record_and_can_die():
     assert restored.remaining == [0, 1, 3] and restored.offline == []
 
 
-def test_a_joiners_donor_is_its_nearest_live_predecessor_that_trained():
+def test_a_joiners_donor_follows_ring_order_and_first_rounds_not_who_reported_first():
+    """Reports reach the coordinator in any order: the donor must not depend on them, or a
+    rerun of the same plan starts its joiner from another member's state."""
     table = MembershipTable()
     for c in range(4):
         table.add(c)
-    table.seen(2, 0)  # only 2 and 3 trained; 3 is gone
-    table.seen(3, 0)
-    table.mark(3, MemberState.DEAD)
     table.add(4, after=0, first_round=2)  # order 0, 4, 1, 2, 3
-    assert table.donor_for(4) == 2  # 0 untrained, 3 dead: round the ring to 2
-    table.mark(2, MemberState.DEAD)
-    assert table.donor_for(4) == 0  # nobody live trained: the nearest live one
+    table.add(5, after=4, first_round=2)  # order 0, 4, 5, 1, 2, 3
+    table.seen(2, 0)  # 2 reported a round before 0 did
+    assert table.donor_for(4) == 0
+    assert table.donor_for(5) == 0  # 4 starts with 5: it ends no round before 5's first
+    table.mark(0, MemberState.DEAD)
+    assert table.donor_for(4) == 3  # round the ring to the nearest live earlier member
+    for c in (1, 2, 3):
+        table.mark(c, MemberState.DEAD)
+    assert table.donor_for(4) is None  # only a joiner of the same round is left
     alone = MembershipTable()
     alone.add(0)
     assert alone.donor_for(0) is None
