@@ -195,18 +195,16 @@ class PeerAnswers:
             due = [w for w in published.waiting_joiners if w[2] <= ended]
             published.waiting_joiners = [w for w in published.waiting_joiners if w[2] > ended]
             tensors, epoch = published.hand_off, self.membership.view.epoch
+        if not tensors:  # the method hands nothing over
+            return
         for joiner, handle, round_ in due:
             if round_ < ended:  # asked late (a restarted donor): its nearest state after
                 log.info("client %d hands %d round %d, asked %d", self.id, joiner, ended, round_)
-            self._send_hand_off(joiner, handle, Payload(
+            self.outbox.set_handles(self.hetero.wrap(self.id, {joiner: handle}, self._on_link))
+            self.outbox.send(joiner, Payload(
                 self.id, max(ended, 0), epoch, seq=-1, tensors=tensors,
                 num_samples=self.num_samples, channel=Channel.INIT,
             ))  # fmt: skip
-
-    def _send_hand_off(self, joiner: int, handle: ClientHandle, payload: Payload) -> None:
-        if payload.tensors:
-            self.outbox.set_handles(self.hetero.wrap(self.id, {joiner: handle}, self._on_link))
-            self.outbox.send(joiner, payload)
 
     def reject(self, reason: str) -> bool:
         """Count, log and report a payload refused; False, the answer to its sender."""
