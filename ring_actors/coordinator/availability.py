@@ -11,15 +11,52 @@ overdue by the stall limit (bypassed as hung; the last one gone stops the run).
 from __future__ import annotations
 
 import random
+import threading
+from collections.abc import Callable
+from typing import Protocol
 
-from ring_actors.coordinator.membership import MemberState
-from ring_actors.coordinator.state import CoordinatorState
+from ring_actors.config import Config
+from ring_actors.coordinator.changes import RingChanges
+from ring_actors.coordinator.health import Health
+from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.coordinator.results import Results
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import ClientHandle, Joining, Readmission
+from ring_actors.timeouts import Timeouts
 
 
-class Availability(CoordinatorState):
-    """Leaving and coming back; mixed into :class:`CoordinatorCore`."""
+class Checkpoints(Protocol):
+    """Where a change is saved before anyone acts on it (the coordinator's record)."""
+
+    def checkpoint(self, force: bool = False) -> None: ...
+
+
+class Availability:
+    """Leaving and coming back, under the coordinator's lock."""
+
+    def __init__(
+        self,
+        config: Config,
+        timeouts: Timeouts,
+        lock: threading.RLock,
+        table: MembershipTable,
+        handles: dict[int, ClientHandle],
+        find_client: Callable[[int], ClientHandle | None],
+        health: Health,
+        results: Results,
+        changes: RingChanges,
+        record: Checkpoints,
+    ) -> None:
+        self.config = config
+        self.timeouts = timeouts
+        self.lock = lock
+        self.table = table
+        self.handles = handles
+        self.find_client = find_client
+        self.health = health
+        self.results = results
+        self.changes = changes
+        self.record = record
 
     def run_elapsed_s(self) -> float:
         """Seconds of the run so far, on the clock the coordinator starts once (and keeps
@@ -36,10 +73,10 @@ class Availability(CoordinatorState):
                 return
             due_s = self.results.now() + off_s
             detail = f"for {off_s:.2f} s, due back at {due_s:.2f} s"
-            self._event(EventKind.OFFLINE, client_id, round_, detail, duration_s=off_s)
+            self.changes.event(EventKind.OFFLINE, client_id, round_, detail, duration_s=off_s)
             self.health.forget(client_id)  # a probe sent before it left must not write it off
             self.table.go_offline(client_id, due_s)
-            self._left_ring(client_id, True, EventKind.LEAVE, "offline")
+            self.changes.left_ring(client_id, True, EventKind.LEAVE, "offline")
 
     def come_back(self, client_id: int, round_: int) -> Readmission | None:
         """A client back from offline, with its state, in its own place again: from the
@@ -57,13 +94,13 @@ class Availability(CoordinatorState):
             else:
                 self.handles[client_id] = handle
                 if member.state == MemberState.OFFLINE:
-                    first_round = self._entry_round()
+                    first_round = self.changes.entry_round()
                     self.table.come_back(client_id, first_round)
                     self.health.heard(client_id)
                     detail = f"back from offline, from round {first_round}"
-                    self._event(EventKind.REJOIN, client_id, first_round, detail)
-                    self.checkpoint(force=True)
-                    self._broadcast()
+                    self.changes.event(EventKind.REJOIN, client_id, first_round, detail)
+                    self.record.checkpoint(force=True)
+                    self.changes.broadcast()
                 view = self.table.view()
                 handles = {c: self.handles[c] for c in view.members}
                 return Readmission(member.first_round, None, view, handles)
@@ -78,12 +115,12 @@ class Availability(CoordinatorState):
         """
         with self.lock:
             if self.table.is_live(client_id):  # back before the probes noticed it was gone
-                self._mark_dead(client_id, EventKind.CRASH, "restarted")
+                self.changes.mark_dead(client_id, EventKind.CRASH, "restarted")
             self.health.forget(client_id)
             after = self._place_for(client_id)
             if after is None:
                 return None
-            first_round = self._entry_round()
+            first_round = self.changes.entry_round()
             self.handles[client_id] = handle
             self.table.members[client_id].node_id = node_id
             self.table.revive(client_id, after, first_round)
@@ -91,17 +128,17 @@ class Availability(CoordinatorState):
             how = (
                 "as a new client" if checkpoint_round is None else f"from round {checkpoint_round}"
             )
-            self._event(EventKind.REJOIN, client_id, first_round, f"after {after}, {how}")
-            self.checkpoint(force=True)
-            self._broadcast()
+            self.changes.event(EventKind.REJOIN, client_id, first_round, f"after {after}, {how}")
+            self.record.checkpoint(force=True)
+            self.changes.broadcast()
             joining: Joining | None = None
             if checkpoint_round is None:
-                joining = self._hand_off(after, client_id, handle, first_round)
+                joining = self.changes.hand_off(after, client_id, first_round)
             view = self.table.view()
             handles = {c: self.handles[c] for c in view.members}
             return Readmission(first_round, joining, view, handles)
 
-    def _rejoin(self, client_id: int) -> None:
+    def rejoin_hung(self, client_id: int) -> None:
         """A member bypassed as hung is back, with its private state: splice it in again
         (unless the run stopped when its last member left: no ring to come back to)."""
         after = self._place_for(client_id)
@@ -110,7 +147,7 @@ class Availability(CoordinatorState):
         self.table.revive(client_id, after)
         self.health.forget(client_id)
         round_ = self.table.members[client_id].last_round
-        self._event(EventKind.REJOIN, client_id, round_, f"spliced in after {after}")
+        self.changes.event(EventKind.REJOIN, client_id, round_, f"spliced in after {after}")
 
     def _place_for(self, client_id: int) -> int | None:
         """The (seeded) member a returning one is spliced in after: a live one, or with
@@ -118,11 +155,11 @@ class Availability(CoordinatorState):
         others = self.table.live or [c for c in self.table.remaining if c != client_id]
         return random.Random(self.table.epoch).choice(others) if others else None
 
-    def _watch_availability(self) -> None:
+    def watch(self) -> None:
         """Bypass members overdue from offline by the stall limit, as hung (a late report
         still brings one back); with every member offline, stop when none is due back
         before the time budget ends."""
-        if self.stop_reason is not None:
+        if self.changes.stop_reason is not None:
             return
         now, limit = self.results.now(), self.timeouts.stall_s
         members = self.table.members
@@ -130,15 +167,15 @@ class Availability(CoordinatorState):
             due_s = members[client_id].due_back_s or 0.0
             if now - due_s > limit:
                 detail = f"not back from offline: due at {due_s:.2f} s, {limit:g} s before"
-                self._mark_dead(client_id, EventKind.HANG, detail)
+                self.changes.mark_dead(client_id, EventKind.HANG, detail)
                 self.health.hung.add(client_id)
         away, budget = self.table.offline, self.config.experiment.time_budget_s
-        if self.table.live or not away or budget is None or self.stop_reason is not None:
+        if self.table.live or not away or budget is None or self.changes.stop_reason is not None:
             return
         first = min(away, key=lambda c: members[c].due_back_s or 0.0)
         due_s = members[first].due_back_s or 0.0
         if due_s >= budget:
-            self._stop(
+            self.changes.stop(
                 f"no client can go on: every client is offline past the time budget "
                 f"({budget:g} s); the first due back, client {first}, at {due_s:.2f} s"
             )

@@ -3,18 +3,23 @@ says ``partial`` until the end), the MLflow run opened and closed, the summary."
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from ring_actors.config import Config
+from ring_actors.coordinator.changes import RingChanges
+from ring_actors.coordinator.membership import MembershipTable
 from ring_actors.coordinator.output_files import write_outputs
+from ring_actors.coordinator.results import Results
 from ring_actors.coordinator.run_summary import (
     RunFacts,
     draw_run_figures,
     run_level_metrics,
     summarise_run,
 )
-from ring_actors.coordinator.state import CoordinatorState
-from ring_actors.coordinator.tracking import flatten
+from ring_actors.coordinator.tracking import Tracker, flatten
 from ring_actors.storage.redact import public_config, redact_uri
 from ring_actors.storage.run_folder import RunFolder
 
@@ -27,15 +32,32 @@ OUTPUTS_EVERY_S = 5.0
 WRITE_COST_SHARE = 20
 
 
-class RunOutputs(CoordinatorState):
-    """The coordinator's output files and MLflow run; mixed into :class:`CoordinatorCore`."""
+class RunOutputs:
+    """The coordinator's output files and MLflow run."""
 
-    outputs_at: float
-    outputs_cost_s: float  # how long the last write took
-    rows_written: int
-    rounds_written: int  # the rounds every live member had finished at the last write
+    def __init__(
+        self,
+        config: Config,
+        output_dir: Path,
+        lock: threading.RLock,
+        table: MembershipTable,
+        results: Results,
+        tracker: Tracker,
+        changes: RingChanges,  # read for why the run stopped
+    ) -> None:
+        self.config = config
+        self.output_dir = output_dir
+        self.lock = lock
+        self.table = table
+        self.results = results
+        self.tracker = tracker
+        self.changes = changes
+        self.outputs_at = 0.0
+        self.outputs_cost_s = 0.0  # how long the last write took
+        self.rows_written = 0
+        self.rounds_written = 0  # the rounds every live member had finished at the last write
 
-    def _write_partial_outputs(self) -> None:
+    def write_partial(self) -> None:
         """The output files as they stand, so a run that dies keeps every finished round;
         ``summary.json`` says ``partial`` until the run is finalized.
 
@@ -138,7 +160,7 @@ class RunOutputs(CoordinatorState):
                 done=list(self.results.done.values()),
                 unfinished_traffic=self._unfinished_traffic(),
                 events=self.results.events,
-                stop_reason=self.stop_reason,
+                stop_reason=self.changes.stop_reason,
                 finished=bool(live) and all(c in self.results.done for c in live),
                 mlflow={
                     "tracking_uri": redact_uri(self.tracker.uri),

@@ -4,25 +4,64 @@ reported while nobody was recording."""
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
 
+from ring_actors.coordinator.changes import RingChanges
+from ring_actors.coordinator.health import Health
 from ring_actors.coordinator.history import read_history
 from ring_actors.coordinator.membership import MembershipTable, MemberState
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
-from ring_actors.coordinator.state import CoordinatorState
+from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.tracking import Tracker
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.journal import JournalEntry
-from ring_actors.delivery.transport import Pending
+from ring_actors.delivery.transport import ClientHandle, Pending
+from ring_actors.timeouts import Timeouts
 
 RECORD_EVERY_S = 0.5  # the record is rewritten at most this often, unforced
 
 
-class Recovery(CoordinatorState):
-    """The coordinator's checkpoint and restore; mixed into :class:`CoordinatorCore`."""
+class Reports(Protocol):
+    """Where a replayed journal entry goes: the coordinator's own RPCs, as if just sent."""
 
-    find_client: Any
-    saved_at: float
+    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None: ...
+
+    def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None: ...
+
+
+class Recovery:
+    """The coordinator's checkpoint and restore."""
+
+    def __init__(
+        self,
+        checkpoint_path: Path,
+        timeouts: Timeouts,
+        lock: threading.RLock,
+        table: MembershipTable,
+        handles: dict[int, ClientHandle],
+        find_client: Callable[[int], ClientHandle | None],
+        health: Health,
+        results: Results,
+        tracker: Tracker,
+        changes: RingChanges,
+        reports: Reports,
+    ) -> None:
+        self.checkpoint_path = checkpoint_path
+        self.timeouts = timeouts
+        self.lock = lock
+        self.table = table
+        self.handles = handles
+        self.find_client = find_client  # a restarted coordinator finds its clients again
+        self.health = health
+        self.results = results
+        self.tracker = tracker
+        self.changes = changes
+        self.reports = reports
+        self.saved_at = 0.0
 
     def checkpoint(self, force: bool = False) -> None:
         """Save what a restarted coordinator needs: at once before acting on a change,
@@ -62,7 +101,7 @@ class Recovery(CoordinatorState):
         with self.lock:
             self.tracker.run_id = saved.run_id
             self.tracker.requeue(saved.unsent_metrics)
-            self.table = MembershipTable.from_record(saved.table)
+            self.table.load(saved.table)
             results = self.results
             # Mid-run, the time it was down is the run's; a resumed run's downtime is not.
             down_s = time.time() - saved.written_at if adopt_clients and saved.written_at else 0
@@ -82,7 +121,7 @@ class Recovery(CoordinatorState):
             for client_id in self.table.live:
                 handle = self.find_client(client_id)
                 if handle is None:  # gone while we were down
-                    self._mark_dead(
+                    self.changes.mark_dead(
                         client_id, EventKind.CRASH, "gone while the coordinator was down"
                     )
                 else:
@@ -102,9 +141,9 @@ class Recovery(CoordinatorState):
             journals = {c: self.handles[c].journal() for c in running}
         self._replay_journals(journals)
         with self.lock:
-            self._event(EventKind.RUN_RESUMED, -1, -1, f"members {running}")
+            self.changes.event(EventKind.RUN_RESUMED, -1, -1, f"members {running}")
             self.checkpoint(force=True)
-            self._broadcast()
+            self.changes.broadcast()
             for client_id in running:
                 self.handles[client_id].resume()
 
@@ -119,17 +158,19 @@ class Recovery(CoordinatorState):
             for entry in entries:
                 replayed += self._replay(client_id, JournalEntry.from_dict(entry))
         with self.lock:
-            self._event(
+            self.changes.event(
                 EventKind.COORDINATOR_RESTORED, -1, -1, f"replayed {replayed} client reports"
             )
 
     def _replay(self, client_id: int, entry: JournalEntry) -> int:
         """Apply one journal entry a client kept; 1 if it was news to us."""
         if entry.kind == "round" and not self.results.has_round(client_id, entry.round):
-            self.report_round(client_id, entry.round, entry.metrics)
+            self.reports.report_round(client_id, entry.round, entry.metrics)
             return 1
         if entry.kind == "done" and client_id not in self.results.done:
             m = entry.metrics
-            self.report_done(client_id, int(m["lost"]), int(m["hops"]), int(m["bytes_sent"]))
+            self.reports.report_done(
+                client_id, int(m["lost"]), int(m["hops"]), int(m["bytes_sent"])
+            )
             return 1
         return 0

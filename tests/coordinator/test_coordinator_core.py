@@ -290,7 +290,7 @@ def test_a_round_every_member_finished_is_in_the_outputs_at_the_next_pass(tmp_pa
     assert json.loads((tmp_path / "summary.json").read_text())["rounds_completed"] == 0
     for client in (1, 2):
         core.report_round(client, 0, {"local_acc": 0.5, "global_acc": 0.25})
-    time.sleep(WRITE_COST_SHARE * core.outputs_cost_s)  # a write of these files is quick
+    time.sleep(WRITE_COST_SHARE * core.outputs.outputs_cost_s)  # a write of these files is quick
     core.reconcile()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["rounds_completed"] == 1 and summary["partial"] is True
@@ -311,7 +311,7 @@ def test_whole_rounds_are_written_no_oftener_than_their_files_cost_allows(tmp_pa
         if round_ == 0:
             core.reconcile()
             assert completed() == 1
-            core.outputs_cost_s = 0.05  # as if the tables had grown to take 50 ms to write
+            core.outputs.outputs_cost_s = 0.05  # as if the tables had grown to take 50 ms to write
     core.reconcile()
     assert completed() == 1  # within 20 x 50 ms of the last write
     until(core, lambda: completed() == 2, timeout=5.0)

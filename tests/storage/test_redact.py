@@ -40,7 +40,7 @@ def test_a_secret_uri_appears_in_no_output_param_summary_or_warning(tmp_path, ca
     core = CoordinatorCore(config, tmp_path, tracker)
     core.rows.append({"client": 0, "round": 0, "time_s": 0.0, "local_acc": 0.5})
     with caplog.at_level(logging.INFO):
-        core._write_partial_outputs()
+        core.outputs.write_partial()
         core.open_tracking()
         tracker.end()
     written = "".join(p.read_text(errors="replace") for p in tmp_path.iterdir() if p.is_file())

@@ -1,0 +1,101 @@
+"""The changes every member acts on, made in one place: views broadcast, members bypassed,
+hand-offs asked of donors, the run stopped, and each recorded as an event. The coordinator's
+other parts find facts; this part turns them into changes."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ring_actors.config import Config
+from ring_actors.coordinator.health import Health
+from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.coordinator.results import Results
+from ring_actors.delivery.event_kinds import EventKind
+from ring_actors.delivery.transport import ClientHandle, Joining
+
+log = logging.getLogger(__name__)
+
+
+class RingChanges:
+    """The one writer of views, bypasses and the stop; callers hold the coordinator's lock."""
+
+    def __init__(
+        self,
+        config: Config,
+        table: MembershipTable,
+        handles: dict[int, ClientHandle],
+        health: Health,
+        results: Results,
+    ) -> None:
+        self.config = config
+        self.table = table
+        self.handles = handles
+        self.health = health
+        self.results = results
+        self.stop_reason: str | None = None
+        self.broadcast_epoch = -1
+
+    def event(
+        self, kind: EventKind, client_id: int, round_: int, detail: str, **measured: float
+    ) -> None:
+        self.results.event(kind, client_id, round_, self.table.epoch, detail, **measured)
+
+    def broadcast(self) -> None:
+        """One view for everyone: neighbour sets are derived from it, per round, by each client."""
+        view = self.table.view()
+        handles = {c: self.handles[c] for c in view.members}
+        for client_id in view.members:
+            self.handles[client_id].set_view(view, handles)
+        self.broadcast_epoch = view.epoch
+
+    def hand_off(self, donor: int | None, client_id: int, first_round: int) -> Joining:
+        """Ask ``donor`` to hand the newcomer its state at the end of the round before
+        ``first_round`` (the same state however late the request reaches it), unless
+        newcomers start fresh; what the newcomer waits for."""
+        if donor is None or self.config.clients.join_start != "hand_off":
+            return Joining(None)
+        self.handles[donor].hand_off(client_id, self.handles[client_id], first_round - 1)
+        return Joining(donor)
+
+    def entry_round(self, wanted: int | None = None) -> int:
+        """The first round a client spliced in now trains: ``wanted`` if the ring cannot
+        have begun it. A member that reported round n may be in round n + 1 with its lap
+        even finished, so a newcomer there would wait for a lap that never comes. Round
+        n + 2 is safe: its lap needs every member to finish n + 1 first, and the new view
+        reaches them long before.
+        """
+        return max(wanted or 0, self.table.newest_trained + 2)
+
+    def mark_dead(self, client_id: int, cause: EventKind, detail: str) -> None:
+        """Bypass a member for good (unless it comes back itself); one offline leaves no ring."""
+        if self.table.members[client_id].state == MemberState.DEAD:
+            return
+        was_live = self.table.is_live(client_id)
+        self.table.mark(client_id, MemberState.DEAD)
+        self.left_ring(client_id, was_live, cause, detail)
+
+    def left_ring(self, client_id: int, was_live: bool, cause: EventKind, detail: str) -> None:
+        """The events of a member gone dead or offline; its event's latency is the time since
+        it was last heard from (a bound on the detection latency: the fault came after its
+        last sign of life). The run stops once no member is left, live or due back."""
+        member = self.table.members[client_id]
+        self.health.suspects.discard(client_id)
+        silent = time.monotonic() - member.last_seen
+        self.event(cause, client_id, member.last_round, detail, latency_s=silent)
+        live = self.table.live
+        if was_live:
+            self.event(EventKind.BYPASS, client_id, member.last_round, f"ring now {live}")
+            if live:
+                newest = max(self.table.members[c].last_round for c in live)
+                self.health.bypassed(self.results.now(), newest + 1)
+        if not self.table.remaining:  # nobody left to train, report or be probed
+            self.stop(
+                f"no client can go on: no live client left (the last, client "
+                f"{client_id}: {cause}, {detail})"
+            )
+
+    def stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.event(EventKind.RUN_STOPPED, -1, -1, reason)
