@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ring_actors.client.checkpoint import PushSpool
 from ring_actors.client.ring_lap import LapResult, RingLaps, is_lap
@@ -29,41 +30,27 @@ from topologies import Topology
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class PeerAnswers:
     """The calls a client answers, which :class:`~ring_actors.client.core.ClientCore`
     forwards here; it counts the payloads it rejected."""
 
-    def __init__(
-        self,
-        client_id: int,
-        specs: PayloadSpecs,
-        progress: Progress,
-        membership: Membership,
-        published: Published,
-        inbox: Inbox,
-        kept: PushSpool,
-        outbox: Outbox,
-        laps: RingLaps,
-        topology: Topology,
-        hetero: Heterogeneity,  # slow links wrap the handles peers are reached through
-        num_samples: int,
-        host: Events,
-    ) -> None:
-        self.id = client_id
-        self.specs = specs
-        self.progress = progress
-        self.membership = membership
-        self.published = published
-        self.inbox = inbox
-        self.kept = kept
-        self.outbox = outbox
-        self.laps = laps
-        self.topology = topology
-        self.hetero = hetero
-        self.num_samples = num_samples
-        self.host = host
-        self.rejected = 0
-        self.lock = threading.Lock()  # receives run on several threads at once
+    id: int
+    specs: PayloadSpecs
+    progress: Progress
+    membership: Membership
+    published: Published
+    inbox: Inbox
+    kept: PushSpool
+    outbox: Outbox
+    laps: RingLaps
+    topology: Topology
+    hetero: Heterogeneity  # slow links wrap the handles peers are reached through
+    num_samples: int
+    host: Events
+    rejected: int = field(default=0, init=False)
+    # receives run on several threads at once
+    lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def receive(self, payload: Payload | WirePayload) -> bool:
         """Validate and enqueue (or, for a ring lap, pass on); never blocks on training.

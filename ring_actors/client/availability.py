@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from ring_actors.client.state import Events, Progress
@@ -50,31 +51,23 @@ class AvailabilityHost(Events, Protocol):
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None: ...
 
 
+@dataclass(eq=False)
 class Availability:
     """One client's time budget, evaluation marks and off periods, on the run's clock."""
 
-    def __init__(
-        self,
-        client_id: int,
-        config: Config,
-        progress: Progress,
-        hetero: Heterogeneity,
-        control: ControlLink,
-        run_clock: Callable[[], Pending[float]] | None,  # how far the run is, by the coordinator
-        timeouts: Timeouts,
-        host: AvailabilityHost,
-    ) -> None:
-        self.id = client_id
-        self.config = config
-        self.progress = progress
-        self.hetero = hetero
-        self.control = control
-        self.run_clock = run_clock
-        self.timeouts = timeouts
-        self.host = host
+    id: int
+    config: Config
+    progress: Progress
+    hetero: Heterogeneity
+    control: ControlLink
+    run_clock: Callable[[], Pending[float]] | None  # how far the run is, by the coordinator
+    timeouts: Timeouts
+    host: AvailabilityHost
+
+    def __post_init__(self) -> None:
         self.run_started_at = time.monotonic()  # the loop takes the run's clock as it begins
         self.next_period = 0  # the first off period not yet applied or recorded
-        self.next_mark_s = config.eval.every_s or math.inf
+        self.next_mark_s = self.config.eval.every_s or math.inf
 
     def take_run_clock(self) -> None:
         """Anchor this process's clock to the run's, and skip the off periods already over.

@@ -8,6 +8,7 @@ so a checkpoint directory on a shared filesystem is not a way into every node.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,34 +89,21 @@ class CheckpointHost(Protocol):
     algorithm: Algorithm
 
 
+@dataclass(eq=False)
 class Checkpointing:
     """A client's own checkpoint after each round, and its restore after a restart."""
 
-    def __init__(
-        self,
-        client_id: int,
-        path: Path | None,
-        device: torch.device,
-        progress: Progress,
-        published: Published,
-        journal: Journal,
-        laps: RingLaps,
-        outbox: Outbox,
-        kept: PushSpool,
-        control: ControlLink,
-        host: CheckpointHost,
-    ) -> None:
-        self.id = client_id
-        self.path = path
-        self.device = device
-        self.progress = progress
-        self.published = published
-        self.journal = journal
-        self.laps = laps
-        self.outbox = outbox
-        self.kept = kept
-        self.control = control
-        self.host = host
+    id: int
+    path: Path | None
+    device: torch.device
+    progress: Progress
+    published: Published
+    journal: Journal
+    laps: RingLaps
+    outbox: Outbox
+    kept: PushSpool
+    control: ControlLink
+    host: CheckpointHost
 
     def save(self, round_: int) -> None:
         """The private state after ``round_``, for a restarted client to resume from."""

@@ -5,6 +5,7 @@ its predecessor's hand-off."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -49,42 +50,29 @@ class ExchangeHost(Events, Protocol):
     def report_unreachable(self, target: int) -> None: ...
 
 
+@dataclass(eq=False)
 class Exchange:
     """A client's side of each round's exchange."""
 
-    def __init__(
-        self,
-        client_id: int,
-        config: Config,
-        specs: PayloadSpecs,
-        progress: Progress,
-        membership: Membership,
-        published: Published,
-        inbox: Inbox,
-        outbox: Outbox,
-        topology: Topology,
-        control: ExchangeControl,  # ``schedule.exchange``: what is taken of peers
-        slots: IdleRelease,
-        num_samples: int,
-        timeouts: Timeouts,
-        host: ExchangeHost,
-    ) -> None:
-        self.id = client_id
-        self.config = config
-        self.specs = specs
-        self.progress = progress
-        self.membership = membership
-        self.published = published
-        self.inbox = inbox
-        self.outbox = outbox
-        self.topology = topology
-        self.control = control
-        self.slots = slots
-        self.device = slots.device
-        self.num_samples = num_samples
-        self.timeouts = timeouts
-        self.host = host
-        self.gather_wait_s = 0.0  # the last gather's wait
+    id: int
+    config: Config
+    specs: PayloadSpecs
+    progress: Progress
+    membership: Membership
+    published: Published
+    inbox: Inbox
+    outbox: Outbox
+    topology: Topology
+    control: ExchangeControl  # ``schedule.exchange``: what is taken of peers
+    slots: IdleRelease
+    num_samples: int
+    timeouts: Timeouts
+    host: ExchangeHost
+    gather_wait_s: float = field(default=0.0, init=False)  # the last gather's wait
+
+    @property
+    def device(self) -> torch.device:
+        return self.slots.device
 
     def await_first_view(self) -> None:
         """Wait (at most a hop's timeout) for the coordinator's view. Its broadcast and the

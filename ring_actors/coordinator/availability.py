@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from ring_actors.config import Config
@@ -31,32 +32,20 @@ class Checkpoints(Protocol):
     def checkpoint(self, force: bool = False) -> None: ...
 
 
+@dataclass(eq=False)
 class Availability:
     """Leaving and coming back, under the coordinator's lock."""
 
-    def __init__(
-        self,
-        config: Config,
-        timeouts: Timeouts,
-        lock: threading.RLock,
-        table: MembershipTable,
-        handles: dict[int, ClientHandle],
-        find_client: Callable[[int], ClientHandle | None],
-        health: Health,
-        results: Results,
-        changes: RingChanges,
-        record: Checkpoints,
-    ) -> None:
-        self.config = config
-        self.timeouts = timeouts
-        self.lock = lock
-        self.table = table
-        self.handles = handles
-        self.find_client = find_client
-        self.health = health
-        self.results = results
-        self.changes = changes
-        self.record = record
+    config: Config
+    timeouts: Timeouts
+    lock: threading.RLock
+    table: MembershipTable
+    handles: dict[int, ClientHandle]
+    find_client: Callable[[int], ClientHandle | None]
+    health: Health
+    results: Results
+    changes: RingChanges
+    record: Checkpoints
 
     def run_elapsed_s(self) -> float:
         """Seconds of the run so far, on the clock the coordinator starts once (and keeps

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -33,35 +34,23 @@ class Reports(Protocol):
     def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None: ...
 
 
+@dataclass(eq=False)
 class Recovery:
     """The coordinator's checkpoint and restore."""
 
-    def __init__(
-        self,
-        checkpoint_path: Path,
-        timeouts: Timeouts,
-        lock: threading.RLock,
-        table: MembershipTable,
-        handles: dict[int, ClientHandle],
-        find_client: Callable[[int], ClientHandle | None],
-        health: Health,
-        results: Results,
-        tracker: Tracker,
-        changes: RingChanges,
-        reports: Reports,
-    ) -> None:
-        self.checkpoint_path = checkpoint_path
-        self.timeouts = timeouts
-        self.lock = lock
-        self.table = table
-        self.handles = handles
-        self.find_client = find_client  # a restarted coordinator finds its clients again
-        self.health = health
-        self.results = results
-        self.tracker = tracker
-        self.changes = changes
-        self.reports = reports
-        self.saved_at = 0.0
+    checkpoint_path: Path
+    timeouts: Timeouts
+    lock: threading.RLock
+    table: MembershipTable
+    handles: dict[int, ClientHandle]
+    # a restarted coordinator finds its clients again
+    find_client: Callable[[int], ClientHandle | None]
+    health: Health
+    results: Results
+    tracker: Tracker
+    changes: RingChanges
+    reports: Reports
+    saved_at: float = field(default=0.0, init=False)
 
     def checkpoint(self, force: bool = False) -> None:
         """Save what a restarted coordinator needs: at once before acting on a change,

@@ -4,6 +4,8 @@ What they find becomes a change through :class:`~ring_actors.coordinator.changes
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ring_actors.config import Config
 from ring_actors.coordinator.changes import RingChanges
 from ring_actors.coordinator.health import Health
@@ -17,31 +19,23 @@ from ring_actors.heterogeneity.model import Heterogeneity
 from ring_actors.timeouts import Timeouts
 
 
+@dataclass(eq=False)
 class Watch:
     """Each step is one non-blocking look; callers hold the coordinator's lock."""
 
-    def __init__(
-        self,
-        config: Config,
-        timeouts: Timeouts,
-        table: MembershipTable,
-        handles: dict[int, ClientHandle],
-        health: Health,
-        results: Results,
-        tracker: Tracker,
-        changes: RingChanges,
-    ) -> None:
-        self.config = config
-        self.timeouts = timeouts
-        self.table = table
-        self.handles = handles
-        self.health = health
-        self.results = results
-        self.tracker = tracker
-        self.changes = changes
-        schedule = config.schedule
+    config: Config
+    timeouts: Timeouts
+    table: MembershipTable
+    handles: dict[int, ClientHandle]
+    health: Health
+    results: Results
+    tracker: Tracker
+    changes: RingChanges
+
+    def __post_init__(self) -> None:
+        schedule = self.config.schedule
         factors = Heterogeneity(
-            config.heterogeneity, config.experiment.seed, config.total_clients
+            self.config.heterogeneity, self.config.experiment.seed, self.config.total_clients
         ).factors
         self.pace = Pace(
             schedule.straggler_factor, schedule.straggler_window, dict(enumerate(factors))

@@ -14,6 +14,16 @@ class CheckpointError(ValueError):
     """A checkpoint file that this version cannot read."""
 
 
+class FileIn:
+    """A run folder's attribute that reads as the path of one of its files."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, folder: RunFolder, owner: type | None = None) -> Path:
+        return folder.path / self.name
+
+
 @dataclass(frozen=True)
 class RunFolder:
     """One run's output folder and the names of what it holds."""
@@ -40,45 +50,16 @@ class RunFolder:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
-    @property
-    def config(self) -> Path:
-        return self.path / self.CONFIG
-
-    @property
-    def summary(self) -> Path:
-        return self.path / self.SUMMARY
-
-    @property
-    def metrics(self) -> Path:
-        return self.path / self.METRICS
-
-    @property
-    def events(self) -> Path:
-        return self.path / self.EVENTS
-
-    @property
-    def coordinator_record(self) -> Path:
-        return self.path / self.COORDINATOR
-
-    @property
-    def coordinator_history(self) -> Path:
-        return self.path / self.HISTORY
-
-    @property
-    def driver_faults(self) -> Path:
-        return self.path / self.DRIVER_FAULTS
-
-    @property
-    def unsent_metrics(self) -> Path:
-        return self.path / self.UNSENT
-
-    @property
-    def partition(self) -> Path:
-        return self.path / self.PARTITION
-
-    @property
-    def clients(self) -> Path:
-        return self.path / self.CLIENTS
+    config = FileIn(CONFIG)
+    summary = FileIn(SUMMARY)
+    metrics = FileIn(METRICS)
+    events = FileIn(EVENTS)
+    coordinator_record = FileIn(COORDINATOR)
+    coordinator_history = FileIn(HISTORY)
+    driver_faults = FileIn(DRIVER_FAULTS)
+    unsent_metrics = FileIn(UNSENT)
+    partition = FileIn(PARTITION)
+    clients = FileIn(CLIENTS)
 
     def client_checkpoint(self, client_id: int) -> Path:
         return self.checkpoint_in(self.clients, client_id)

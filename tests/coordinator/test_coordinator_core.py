@@ -161,11 +161,11 @@ def test_reports_from_outside_the_run_are_ignored(tmp_path):
 
 
 def test_a_tracking_server_that_never_answers_holds_up_no_report_or_reconcile(tmp_path):
-    core, _ = make(tmp_path)
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    core.tracker = Tracker(dead, "t", "run", output_dir=tmp_path, retry=Retry(close_s=1.0))
+    tracker = Tracker(dead, "t", "run", output_dir=tmp_path, retry=Retry(close_s=1.0))
+    core, _ = make(tmp_path, tracker=tracker)
     opening = threading.Thread(target=core.open_tracking)
     opening.start()  # the writer keeps trying in the background
     started = time.monotonic()

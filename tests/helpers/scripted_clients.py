@@ -47,7 +47,7 @@ class ScriptedClient:
         self.handed_to.append((joiner, round_))
 
 
-def make(tmp_path, clients=3, find=None, sections=None, **schedule):
+def make(tmp_path, clients=3, find=None, sections=None, tracker=None, **schedule):
     config = config_from_dict(
         {
             "experiment": {"rounds": 5},
@@ -58,7 +58,10 @@ def make(tmp_path, clients=3, find=None, sections=None, **schedule):
     )
     handles = {c: ScriptedClient(c) for c in range(clients + 1)}
     core = CoordinatorCore(
-        config, tmp_path, Tracker("unused", "t", "run"), find or (lambda c: handles.get(c))
+        config,
+        tmp_path,
+        tracker or Tracker("unused", "t", "run"),
+        find or (lambda c: handles.get(c)),
     )
     for c in range(clients):
         core.register(c, handles[c], "node")

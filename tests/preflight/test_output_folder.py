@@ -98,7 +98,7 @@ def two_clients(tmp_path, experiment: dict, faults=(), **schedule) -> InProcessR
 def finalized(ring: InProcessRing, mlflow_uri: str) -> dict:
     """The final outputs, written as the driver has the coordinator write them at the end
     (and on Ctrl-C): ``summary.json`` among them."""
-    ring.coordinator.tracker = Tracker(mlflow_uri, "t", "run")
+    ring.coordinator.outputs.tracker = Tracker(mlflow_uri, "t", "run")  # a real store
     return ring.coordinator.finalize(1.0)
 
 
