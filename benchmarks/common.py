@@ -138,10 +138,26 @@ def reaped_cpu_s(pid: int | str) -> float:
     return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
 
 
+ACTOR_KINDS = {"ray::ClientActor": "clients", "ray::Coordinator": "coordinator",
+               "ray::SlotPool": "slot pool"}  # fmt: skip
+
+
 def tree_cpu_s(root: int | None = None) -> float:
     """CPU seconds used so far by ``root`` (this process) and every process below it, those
     that exited and were waited for included: the difference of two readings is what a run
     in between cost, Ray's processes and actors with it."""
+    return sum(tree_cpu_s_by_kind(root).values())
+
+
+def tree_cpu_s_by_kind(root: int | None = None) -> dict[str, float]:
+    """:func:`tree_cpu_s` split by what each process is: ``driver`` (``root``), the run's
+    actors (:data:`ACTOR_KINDS`, by the title Ray gives an actor's process) and ``ray`` (Ray's
+    own processes, idle workers, anything else): where a run's CPU went."""
+    root = os.getpid() if root is None else root
     table = process_table()
-    tree = descendants(os.getpid() if root is None else root, table)
-    return sum(table[pid].cpu_s + reaped_cpu_s(pid) for pid in tree)
+    split: dict[str, float] = {}
+    for pid in descendants(root, table):
+        title = command_line(pid).split(" ", 1)[0].partition(".")[0]  # ray::Actor.method
+        kind = "driver" if pid == root else ACTOR_KINDS.get(title, "ray")
+        split[kind] = split.get(kind, 0.0) + table[pid].cpu_s + reaped_cpu_s(pid)
+    return split

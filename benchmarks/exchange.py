@@ -21,9 +21,10 @@ B measured in the same run (``benchmarks/exchange_lap.py``).
 
 overhead: ``run_experiment`` of each method with tiny training (``--samples`` per client, one
 epoch), Ray started by the run. The CPU seconds of this process and every process below it
-(``common.tree_cpu_s``: Ray's, the actors'), less the training the clients report
-(``train_cpu_s``), per client-round; with two round counts, also the difference between the
-two runs per client-round added, which leaves the launch out.
+(``common.tree_cpu_s_by_kind``: the driver, the clients, the coordinator, the slot pool and Ray's
+own processes), less the training the clients report (``train_cpu_s``), per client-round; with
+two round counts, also the difference between the two runs per client-round added, which leaves
+the launch out, in all and by kind.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 import ray
 import torch
 
-from benchmarks.common import RESULTS, markdown_table, tree_cpu_s, write_json
+from benchmarks.common import RESULTS, markdown_table, tree_cpu_s_by_kind, write_json
 from benchmarks.exchange_lap import MIB, laps_in_process, laps_on_ray, timed_ms
 from ring_actors.config import config_from_dict
 from ring_actors.delivery.inbox import Inbox
@@ -177,27 +178,34 @@ def overhead_run(
                 "max_train_per_client": args.samples,
                 "partition": {"kind": "iid"},
             },
-            "clients": {"count": clients, "num_cpus": args.cores / clients, "local_epochs": 1},
+            "clients": {
+                "count": clients,
+                "num_cpus": args.cores / clients,
+                "local_epochs": 1,
+                "checkpoint": not args.no_checkpoint,
+            },
             "algorithm": {"name": method},
             "eval": {"every": rounds, "global_max_samples": 100},
             "tracking": {"uri": f"sqlite:///{out / 'mlflow.db'}"},
         }
     )
-    before = tree_cpu_s()
+    before = tree_cpu_s_by_kind()
     started = time.monotonic()
     summary = run_experiment(config, out / "run", progress=False)
     wall_s = time.monotonic() - started
-    cpu_s = tree_cpu_s() - before  # Ray still up: its processes are read, not lost
+    after = tree_cpu_s_by_kind()  # Ray still up: its processes are read, not lost
     ray.shutdown()
+    by_kind = {kind: after[kind] - before.get(kind, 0.0) for kind in after}
     rows = pq.read_table(out / "run" / "metrics.parquet").to_pylist()
     train_cpu_s = sum(r.get("train_cpu_s") or 0.0 for r in rows)
     return {
         "rounds": rounds,
         "rounds_completed": summary["rounds_completed"],
         "wall_s": wall_s,
-        "cpu_s": cpu_s,
+        "cpu_s": sum(by_kind.values()),
+        "cpu_s_by_kind": by_kind,
         "train_cpu_s": train_cpu_s,
-        "core_s_per_client_round": (cpu_s - train_cpu_s) / (clients * rounds),
+        "core_s_per_client_round": (sum(by_kind.values()) - train_cpu_s) / (clients * rounds),
     }
 
 
@@ -206,15 +214,24 @@ def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path)
         overhead_run(method, clients, rounds, args, tmp / f"{method}-{clients}-{rounds}")
         for rounds in args.rounds
     ]
-    row = {"part": "overhead", "method": method, "clients": clients, "runs": runs}
+    row = {"part": "overhead", "method": method, "clients": clients,
+           "checkpoint": not args.no_checkpoint, "runs": runs}  # fmt: skip
     row["core_s_per_client_round"] = runs[-1]["core_s_per_client_round"]
     row["added_core_s_per_client_round"] = None
+    row["added_by_kind"] = None
     if len(runs) > 1:
         first, last = runs[0], runs[-1]
-        beyond = (last["cpu_s"] - last["train_cpu_s"]) - (first["cpu_s"] - first["train_cpu_s"])
-        row["added_core_s_per_client_round"] = beyond / (
-            clients * (last["rounds"] - first["rounds"])
+        added = clients * (last["rounds"] - first["rounds"])
+        by_kind = {  # the clients' share is beyond their training
+            kind: (last["cpu_s_by_kind"].get(kind, 0.0) - first["cpu_s_by_kind"].get(kind, 0.0))
+            / added
+            for kind in last["cpu_s_by_kind"]
+        }
+        by_kind["clients"] = (
+            by_kind.get("clients", 0.0) - (last["train_cpu_s"] - first["train_cpu_s"]) / added
         )
+        row["added_by_kind"] = by_kind
+        row["added_core_s_per_client_round"] = sum(by_kind.values())
     return row
 
 
@@ -236,6 +253,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, nargs="+", default=[3, 9],
                         help="one count, or two: their difference leaves launch out")  # fmt: skip
     parser.add_argument("--samples", type=int, default=32, help="training samples per client")
+    parser.add_argument("--no-checkpoint", action="store_true",
+                        help="overhead: clients write no per-round checkpoint")  # fmt: skip
     parser.add_argument("--dataset", default="fashion-mnist-sample")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--json", type=Path, default=RESULTS / "exchange.json")
@@ -261,10 +280,14 @@ def table(rows: list[dict[str, Any]]) -> str:
              f"{r['a_ms']:.3f}", r["B_gb_per_s"], r["finished"]] for r in laps]))  # fmt: skip
     costs = [r for r in rows if r["part"] == "overhead"]
     if costs:
-        header = ["method", "clients", "core-s per client-round", "added per client-round"]
+        kinds = ("clients", "coordinator", "slot pool", "driver", "ray")
+        header = ["method", "clients", "checkpoint", "core-s per client-round",
+                  "added per client-round", *(f"added: {kind}" for kind in kinds)]  # fmt: skip
         parts.append(markdown_table(header, [
-            [r["method"], r["clients"], f"{r['core_s_per_client_round']:.3f}",
-             _or_none(r["added_core_s_per_client_round"])] for r in costs]))  # fmt: skip
+            [r["method"], r["clients"], r["checkpoint"], f"{r['core_s_per_client_round']:.3f}",
+             _or_none(r["added_core_s_per_client_round"]),
+             *(_or_none((r["added_by_kind"] or {}).get(kind)) for kind in kinds)]
+            for r in costs]))  # fmt: skip
     return "\n\n".join(parts)
 
 

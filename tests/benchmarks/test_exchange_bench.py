@@ -56,7 +56,10 @@ def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
         assert run["cpu_s"] > run["train_cpu_s"] > 0
         assert run["core_s_per_client_round"] > 0
     assert row["core_s_per_client_round"] == row["runs"][-1]["core_s_per_client_round"]
-    assert row["added_core_s_per_client_round"] is not None
+    assert row["added_core_s_per_client_round"] == pytest.approx(sum(row["added_by_kind"].values()))
+    for run in row["runs"]:  # the actors' processes are told apart from Ray's own
+        assert run["cpu_s_by_kind"]["clients"] > run["train_cpu_s"]
+        assert run["cpu_s_by_kind"]["coordinator"] > 0 and run["cpu_s_by_kind"]["ray"] > 0
     assert json.loads(out.read_text()) == rows
 
 
