@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 from ring_actors.config import Config
 from ring_actors.coordinator.health import Health
@@ -17,24 +18,17 @@ from ring_actors.delivery.transport import ClientHandle, Joining
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class RingChanges:
     """The one writer of views, bypasses and the stop; callers hold the coordinator's lock."""
 
-    def __init__(
-        self,
-        config: Config,
-        table: MembershipTable,
-        handles: dict[int, ClientHandle],
-        health: Health,
-        results: Results,
-    ) -> None:
-        self.config = config
-        self.table = table
-        self.handles = handles
-        self.health = health
-        self.results = results
-        self.stop_reason: str | None = None
-        self.broadcast_epoch = -1
+    config: Config
+    table: MembershipTable
+    handles: dict[int, ClientHandle]
+    health: Health
+    results: Results
+    stop_reason: str | None = field(default=None, init=False)
+    broadcast_epoch: int = field(default=-1, init=False)
 
     def event(
         self, kind: EventKind, client_id: int, round_: int, detail: str, **measured: float

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,30 +33,22 @@ OUTPUTS_EVERY_S = 5.0
 WRITE_COST_SHARE = 20
 
 
+@dataclass(eq=False)
 class RunOutputs:
     """The coordinator's output files and MLflow run."""
 
-    def __init__(
-        self,
-        config: Config,
-        output_dir: Path,
-        lock: threading.RLock,
-        table: MembershipTable,
-        results: Results,
-        tracker: Tracker,
-        changes: RingChanges,  # read for why the run stopped
-    ) -> None:
-        self.config = config
-        self.output_dir = output_dir
-        self.lock = lock
-        self.table = table
-        self.results = results
-        self.tracker = tracker
-        self.changes = changes
-        self.outputs_at = 0.0
-        self.outputs_cost_s = 0.0  # how long the last write took
-        self.rows_written = 0
-        self.rounds_written = 0  # the rounds every live member had finished at the last write
+    config: Config
+    output_dir: Path
+    lock: threading.RLock
+    table: MembershipTable
+    results: Results
+    tracker: Tracker
+    changes: RingChanges  # read for why the run stopped
+    outputs_at: float = field(default=0.0, init=False)
+    outputs_cost_s: float = field(default=0.0, init=False)  # how long the last write took
+    rows_written: int = field(default=0, init=False)
+    # the rounds every live member had finished at the last write
+    rounds_written: int = field(default=0, init=False)
 
     def write_partial(self) -> None:
         """The output files as they stand, so a run that dies keeps every finished round;
