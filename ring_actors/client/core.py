@@ -137,6 +137,7 @@ class ClientCore:
         )  # fmt: skip
         self.thread: threading.Thread | None = None
         self.resumed_after = -1  # a restarted client does not re-enter its fatal round's fault
+        self.cpu_mark = time.process_time()  # where the next round's process_cpu_s counts from
         self.slots.release()  # what building the method cached is not kept while waiting
 
     def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
@@ -321,6 +322,7 @@ class ClientCore:
             merged=float(merged),
             train_s=trained.train_s,
             train_cpu_s=trained.train_cpu_s,
+            process_cpu_s=self._process_cpu_s(),
             slot_wait_s=self.slots.waited_s - slot_wait_before,
             round_s=time.monotonic() - started,
             compute_delay_s=trained.slowed_s,
@@ -334,6 +336,16 @@ class ClientCore:
         if delay:
             measured["slow_delay_s"] = delay
         return measured
+
+    def _process_cpu_s(self) -> float:
+        """The CPU every thread of this process used since the previous round's measures:
+        training, and all the framework does beside it (answering peers, the checkpoint
+        after the last report, Ray's own loop), so a run's cost per client-round beyond
+        training is read from its reports, without its launch. Clients that share a
+        process (the in-process ring) each report the process's whole."""
+        now = time.process_time()
+        used, self.cpu_mark = now - self.cpu_mark, now
+        return used
 
     def _report_round(self, round_: int, metrics: dict[str, float]) -> None:
         """Journal the report, checkpoint (a crash after it resumes from this round), then

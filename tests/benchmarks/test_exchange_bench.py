@@ -52,10 +52,12 @@ def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
     assert [(r["part"], r["method"], r["clients"]) for r in rows] == [("overhead", "dfedavg", 2)]
     row = rows[0]
     assert [(run["rounds"], run["rounds_completed"]) for run in row["runs"]] == [(1, 1), (2, 2)]
-    for run in row["runs"]:
+    for run in row["runs"]:  # every client-round's training is left out, not only scored ones
+        assert run["trained_client_rounds"] == 2 * run["rounds"]
         assert run["cpu_s"] > run["train_cpu_s"] > 0
         assert run["core_s_per_client_round"] > 0
     assert row["core_s_per_client_round"] == row["runs"][-1]["core_s_per_client_round"]
+    assert row["clients_own_core_s_beyond_training"] > 0  # round 1's, as the clients measured
     assert row["added_core_s_per_client_round"] == pytest.approx(sum(row["added_by_kind"].values()))
     for run in row["runs"]:  # the actors' processes are told apart from Ray's own
         assert run["cpu_s_by_kind"]["clients"] > run["train_cpu_s"]

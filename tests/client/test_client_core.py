@@ -42,6 +42,19 @@ def test_a_round_reports_the_training_threads_cpu_time_beside_its_wall_time():
     assert 0 < metrics["train_cpu_s"] <= metrics["train_s"] + 0.01
 
 
+def test_a_round_reports_the_process_cpu_used_since_the_previous_rounds_measures():
+    client = lone_client(algorithm="local")
+    client.set_view(View(2, (0,), (0,)), {})
+    assert client.run_round(0)
+    end = time.process_time() + 0.3  # work between rounds, such as a checkpoint, counts
+    while time.process_time() < end:
+        pass
+    assert client.run_round(1)
+    first, second = client.control.rounds
+    assert first["process_cpu_s"] >= first["train_cpu_s"] > 0
+    assert second["process_cpu_s"] >= 0.3 + second["train_cpu_s"]
+
+
 @pytest.mark.parametrize(
     "changes, reason",
     [
