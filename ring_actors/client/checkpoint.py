@@ -25,6 +25,7 @@ from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ControlLink
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
+from ring_actors.storage.state_files import save_state
 
 
 def load_client_state(path: Path, device: torch.device) -> dict[str, Any]:
@@ -130,7 +131,7 @@ class Checkpointing:
             "laps": self.laps.kept(),
             "torch_rng": torch.get_rng_state(),
         }
-        write_atomic(path, lambda file: torch.save(state, file))
+        write_atomic(path, lambda file: save_state(state, file))
         self.kept.retain_unmerged()  # what this checkpoint merged is no longer needed
 
     def load(self) -> int | None:

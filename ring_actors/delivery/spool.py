@@ -18,6 +18,7 @@ import torch
 from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
+from ring_actors.storage.state_files import save_state
 
 PayloadKey = tuple[int, int, int, str, str]
 
@@ -30,7 +31,7 @@ class Spool:
 
     def keep(self, payload: Payload) -> None:
         """Write ``payload``; a reader later sees all of it or none of it."""
-        write_atomic(self._path(payload.key), lambda file: torch.save(payload, file))
+        write_atomic(self._path(payload.key), lambda file: save_state(payload, file))
 
     def retain(self, keys: Iterable[PayloadKey]) -> None:
         """Delete every kept payload but those with ``keys``: the rest are merged and
