@@ -97,6 +97,7 @@ class RunOutputs:
         """Write the output files, log them to MLflow, close the run; return the summary."""
         self.open_tracking()
         with self.lock:
+            self.results.history.flush()  # the last reports, which the timer's save may miss
             for round_, means in self.results.full_round_means():
                 self.tracker.add_metrics(means, round_)
             summary = {**self.summary(wall_s), "partial": False}

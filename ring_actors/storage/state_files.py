@@ -2,8 +2,8 @@
 record.
 
 ``torch.load`` never checks those checksums (a file with a flipped byte loads as if whole),
-yet computing them is a third of the CPU of writing a checkpoint: 7 of 21 ms for a 27 MB
-``dfedavg`` one. A file is whole or absent because it is written atomically
+yet computing them is a third of ``torch.save``'s CPU: 20 ms with them and 13 without for a
+27 MB ``dfedavg`` checkpoint. A file is whole or absent because it is written atomically
 (``durable.py``), not because of a checksum.
 """
 

@@ -12,11 +12,13 @@ import pytest
 
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.core import CoordinatorCore
+from ring_actors.coordinator.history import read_history
 from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.outputs import WRITE_COST_SHARE
 from ring_actors.coordinator.tracking import Retry, Tracker
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import Joining
+from ring_actors.storage.run_folder import RunFolder
 from tests.helpers.scripted_clients import ScriptedClient, make
 
 
@@ -236,6 +238,16 @@ def test_private_checkpoints_are_uploaded_only_when_asked(tmp_path, mlflow_uri, 
     uploaded = {a.path for a in MlflowClient(uri).list_artifacts(summary["mlflow"]["run_id"])}
     assert {"summary.json", "config.yaml", "metrics.parquet", "events.parquet"} <= uploaded
     assert ("clients" in uploaded) == upload and ("coordinator.json" in uploaded) == upload
+
+
+def test_a_finished_runs_history_on_disk_holds_every_report(tmp_path, mlflow_uri):
+    core, _ = make(tmp_path, tracker=Tracker(mlflow_uri, "t", "run"))
+    core.checkpoint(force=True)  # the timer's last save, before the final round's reports
+    for client in range(3):
+        core.report_round(client, 0, {"loss": 1.0, "train_cpu_s": 0.1})
+    core.finalize(1.0)
+    reports = read_history(RunFolder(tmp_path).coordinator_history).by_round
+    assert {c: m["train_cpu_s"] for c, m in reports[0].items()} == {0: 0.1, 1: 0.1, 2: 0.1}
 
 
 @pytest.mark.parametrize("fault", ["dead", "silent"])
