@@ -201,14 +201,10 @@ def overhead_run(
     by_kind = {kind: after[kind] - before.get(kind, 0.0) for kind in after}
     history = read_history(RunFolder(out / "run").coordinator_history)
     # Every client-round's report: metrics.parquet holds only the scored rounds.
-    reports = [m for by_client in history.by_round.values() for m in by_client.values()]
-    train_cpu_s = sum(r.get("train_cpu_s", 0.0) for r in reports)
-    beyond = [  # round 0 also counts the client's start, from its construction
-        m["process_cpu_s"] - m["train_cpu_s"]
-        for round_, by_client in history.by_round.items()
-        if round_ > 0
-        for m in by_client.values()
-    ]
+    reports = [(r, m) for r, by_client in history.by_round.items() for m in by_client.values()]
+    train_cpu_s = sum(m.get("train_cpu_s", 0.0) for _, m in reports)
+    # Round 0 also counts the client's start, from its construction.
+    beyond = [m["process_cpu_s"] - m["train_cpu_s"] for r, m in reports if r > 0]
     return {
         "rounds": rounds,
         "rounds_completed": summary["rounds_completed"],
@@ -216,7 +212,7 @@ def overhead_run(
         "cpu_s": sum(by_kind.values()),
         "cpu_s_by_kind": by_kind,
         "train_cpu_s": train_cpu_s,
-        "trained_client_rounds": sum("train_cpu_s" in r for r in reports),
+        "trained_client_rounds": sum("train_cpu_s" in m for _, m in reports),
         "core_s_per_client_round": (sum(by_kind.values()) - train_cpu_s) / (clients * rounds),
         "clients_own_core_s_beyond_training": statistics.mean(beyond) if beyond else None,
     }
