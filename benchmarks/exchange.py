@@ -33,6 +33,7 @@ than a difference of two launches, which varies by several core-seconds on two c
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import tempfile
@@ -46,7 +47,7 @@ import ray
 import torch
 
 from benchmarks.common import RESULTS, markdown_table, tree_cpu_s_by_kind, write_json
-from benchmarks.exchange_lap import MIB, laps_in_process, laps_on_ray, timed_ms
+from benchmarks.exchange_lap import LAP_KINDS, MIB, laps_in_process, laps_on_ray, timed_ms
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.history import read_history
 from ring_actors.delivery.inbox import Inbox
@@ -256,6 +257,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--members", type=int, nargs="+", default=[2, 4, 8, 16, 32])
     parser.add_argument("--backbones", nargs="+", default=["cnn", "resnet18"])
+    parser.add_argument("--lap-kinds", nargs="+", choices=tuple(LAP_KINDS),
+                        default=list(LAP_KINDS))  # fmt: skip
     parser.add_argument("--where", nargs="+", choices=("in process", "ray"),
                         default=["in process", "ray"])  # fmt: skip
     parser.add_argument("--clients", type=int, nargs="+", default=[8, 16, 32])
@@ -284,9 +287,11 @@ def table(rows: list[dict[str, Any]]) -> str:
              r["memcpy_ms"]] for r in hops]))  # fmt: skip
     laps = [r for r in rows if r["part"] == "lap"]
     if laps:
-        header = ["where", "state", "N", "MiB", "lap ms", "bound ms", "a ms", "B GB/s", "done"]
+        header = ["where", "lap", "state", "N", "MiB", "lap ms", "bound ms", "a ms", "B GB/s",
+                  "done"]  # fmt: skip
         parts.append(markdown_table(header, [
-            [r["where"], r["backbone"], r["members"], r["mb"], r["lap_ms"], r["bound_ms"],
+            [r["where"], r["kind"], r["backbone"], r["members"], r["mb"], r["lap_ms"],
+             r["bound_ms"],
              f"{r['a_ms']:.3f}", r["B_gb_per_s"], r["finished"]] for r in laps]))  # fmt: skip
     costs = [r for r in rows if r["part"] == "overhead"]
     if costs:
@@ -326,12 +331,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         keep(hop_row(receiver, mb, args.repeats))
                     ray.kill(receiver)
             if "lap" in args.parts:
-                for backbone in args.backbones:
-                    for members in args.members:
-                        if "in process" in args.where:
-                            keep(laps_in_process(backbone, members, args.repeats))
-                        if "ray" in args.where:
-                            keep(laps_on_ray(backbone, members, args.repeats))
+                for backbone, members, kind in itertools.product(
+                    args.backbones, args.members, args.lap_kinds
+                ):  # each kind beside the other, in the same conditions
+                    if "in process" in args.where:
+                        keep(laps_in_process(backbone, members, args.repeats, kind))
+                    if "ray" in args.where:
+                        keep(laps_on_ray(backbone, members, args.repeats, kind))
         finally:
             ray.shutdown()
     if "overhead" in args.parts:

@@ -1,8 +1,9 @@
 """A lap of N client cores alone, no training and no coordinator, beside the bound of a
 bandwidth-optimal ring all-reduce (``benchmarks/exchange.py`` runs it: ``--parts lap``).
 
-Every member contributes the same model state to one lap of ``RingLaps``; the lap takes
-from the first member's start to the last member's total. In process the cores answer on
+Every member contributes the same model state to one lap of ``RingLaps``, in chunks or as
+one token (``schedule.chunked_laps``: always or never); the lap takes from the first member's
+start to the last member's total. In process the cores answer on
 ``in_process.LocalClient`` threads; on Ray each core is an actor answering as a client actor
 does (``receive`` of the wire format, ``lap_result``). The bound T = 2(N-1)·a + 2(N-1)/N·M/B
 for M bytes takes a and B measured in the same run: in process, a is half a call's round trip
@@ -37,6 +38,7 @@ MIB = 2**20
 SHAPE, CLASSES = (3, 32, 32), 10  # CIFAR-10, as benchmarks/hop.py
 LAP = "exchange"
 CORE_SHAPE = (1, 28, 28)  # the cores' own method: its model is not what the lap carries
+LAP_KINDS = {"chunks": "always", "token": "never"}  # a row's kind: its schedule.chunked_laps
 
 
 def timed_ms(call: Any) -> float:
@@ -63,14 +65,18 @@ def state_of(backbone: str) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def core_config(members: int, state_bytes: int) -> Config:
+def core_config(members: int, state_bytes: int, kind: str) -> Config:
     limit = (members + 1) * state_bytes + HEADROOM_BYTES
     return config_from_dict(
         {
             "experiment": {"rounds": 10**6},
             "clients": {"count": members},
             "algorithm": {"name": "fedavg"},
-            "schedule": {"hop_timeout_s": 120, "max_payload_bytes": limit},
+            "schedule": {
+                "hop_timeout_s": 120,
+                "max_payload_bytes": limit,
+                "chunked_laps": LAP_KINDS[kind],
+            },
         }
     )
 
@@ -91,10 +97,10 @@ def lap_span(spans: list[tuple[float, float, bool]]) -> tuple[float, bool]:
     return (max(s[1] for s in spans) - min(s[0] for s in spans)) * 1000, all(s[2] for s in spans)
 
 
-def laps_in_process(backbone: str, members: int, repeats: int) -> dict[str, Any]:
+def laps_in_process(backbone: str, members: int, repeats: int, kind: str) -> dict[str, Any]:
     state = state_of(backbone)
     nbytes = sum(v.numel() * v.element_size() for v in state.values())
-    cores = [make_core(core_config(members, nbytes), m) for m in range(members)]
+    cores = [make_core(core_config(members, nbytes, kind), m) for m in range(members)]
     clients = [LocalClient(core) for core in cores]
     for core in cores:
         peers = {c.core.id: LocalHandle(c) for c in clients if c.core is not core}
@@ -124,18 +130,18 @@ def laps_in_process(backbone: str, members: int, repeats: int) -> dict[str, Any]
     copy = [timed_ms(lambda: torch.empty_like(flat).copy_(flat)) for _ in range(5)]
     for client in clients:
         client.calls.shutdown(wait=False)
-    return _lap_row("in process", backbone, members, nbytes, laps, finished, rtt, copy)
+    return _lap_row("in process", kind, backbone, members, nbytes, laps, finished, rtt, copy)
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
 class LapMember:
     """One client core on a Ray actor, answering its peers as a client actor does."""
 
-    def __init__(self, member: int, members: int, backbone: str) -> None:
+    def __init__(self, member: int, members: int, backbone: str, kind: str) -> None:
         torch.set_num_threads(1)
         self.state = state_of(backbone)
         nbytes = sum(v.numel() * v.element_size() for v in self.state.values())
-        self.core = make_core(core_config(members, nbytes), member)
+        self.core = make_core(core_config(members, nbytes, kind), member)
 
     def set_view(self, view: View, handles: dict) -> None:
         self.core.set_view(view, handles)
@@ -160,8 +166,8 @@ class LapMember:
         return started, ended, total is not None
 
 
-def laps_on_ray(backbone: str, members: int, repeats: int) -> dict[str, Any]:
-    actors = [LapMember.remote(m, members, backbone) for m in range(members)]
+def laps_on_ray(backbone: str, members: int, repeats: int, kind: str) -> dict[str, Any]:
+    actors = [LapMember.remote(m, members, backbone, kind) for m in range(members)]
     handles = {m: RayClientHandle(actor) for m, actor in enumerate(actors)}
     ray.get([a.set_view.remote(ring_view(members), handles) for a in actors])
     laps, finished = [], True
@@ -177,11 +183,12 @@ def laps_on_ray(backbone: str, members: int, repeats: int) -> dict[str, Any]:
     for actor in actors:
         ray.kill(actor)
     moved = [max(t - statistics.median(rtt), 1e-3) for t in put_get]
-    return _lap_row("ray", backbone, members, nbytes, laps, finished, rtt, moved)
+    return _lap_row("ray", kind, backbone, members, nbytes, laps, finished, rtt, moved)
 
 
 def _lap_row(
     where: str,
+    kind: str,
     backbone: str,
     members: int,
     nbytes: int,
@@ -197,6 +204,7 @@ def _lap_row(
     return {
         "part": "lap",
         "where": where,
+        "kind": kind,
         "backbone": backbone,
         "members": members,
         "mb": nbytes / MIB,

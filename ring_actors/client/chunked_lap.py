@@ -24,13 +24,15 @@ What the token lap guarantees holds here too:
   participant sends each step of an attempt once.
 
 A lap goes in chunks when its leader's contribution is at least ``CHUNK_MIN_BYTES`` and three
-members or more run the round. A member whose own contribution is as large starts at once; any
-other joins when a chunk reaches it; a leader that sends one token ignores chunks, so an
-attempt some members began without it never finishes.
+members or more run the round, no more than ``max_members`` (``chunk_limit``: the members that
+step at once, under ``schedule.chunked_laps``). A member whose own contribution is as large
+starts at once; any other joins when a chunk reaches it; a leader that sends one token ignores
+chunks, so an attempt some members began without it never finishes.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -60,6 +62,13 @@ CHUNK_MIN_BYTES = 64 * 2**10
 # A chunk message's ``seq`` is (step + 1) * SEQ_PER_STEP + attempt: one key per step of each
 # attempt of its sender, apart from a whole token's (its attempt, far below).
 SEQ_PER_STEP = 2**32
+
+
+def chunk_limit(policy: str, cores: int) -> int:
+    """The most members a lap goes in chunks among. Chunks pay where the members step at
+    once: each sends 2(N-1) messages of M/N bytes where a token makes 2(N-1) hops of M, so
+    on fewer cores than members their N-fold calls outweigh the bytes they save."""
+    return {"always": sys.maxsize, "never": 0}.get(policy, cores)
 
 
 def is_chunk(payload: Payload) -> bool:
@@ -109,9 +118,16 @@ class ChunkedLap:
     """
 
     def __init__(
-        self, host: LapHost, name: str, round_: int, contribution: Tensors, min_bytes: int
+        self,
+        host: LapHost,
+        name: str,
+        round_: int,
+        contribution: Tensors,
+        min_bytes: int,
+        max_members: int,
     ) -> None:
         self.host, self.name, self.round = host, name, round_
+        self.max_members = max_members
         self.contribution = contribution
         self.layouts = Layouts(layout_of(contribution))
         self.flat: Tensors | None = None  # the contribution as one buffer per dtype, once cut
@@ -128,7 +144,7 @@ class ChunkedLap:
         """Whether this member, leading ``view``'s lap, would send chunks (and so starts
         an attempt of its own at once)."""
         ring = self.ring(view)
-        return self.large and len(ring) >= 3 and self.host.id in ring
+        return self.large and 3 <= len(ring) <= self.max_members and self.host.id in ring
 
     def current(self, epoch: int) -> Attempt | None:
         """This member's attempt of ``epoch``, if it took part in one."""

@@ -12,6 +12,7 @@ thin shells that build a core and forward calls to it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import traceback
@@ -22,6 +23,7 @@ from ring_actors.algorithms import Algorithm
 from ring_actors.client.answers import PeerAnswers
 from ring_actors.client.availability import Availability
 from ring_actors.client.checkpoint import Checkpointing, PushSpool
+from ring_actors.client.chunked_lap import chunk_limit
 from ring_actors.client.exchange import Exchange
 from ring_actors.client.isolation_and_noise import ExchangeControl
 from ring_actors.client.method_factory import client_seed
@@ -62,7 +64,9 @@ class ClientCore:
     threads while ``run`` trains on its own thread, so they answer at once even
     mid-training. Every exchange (pushes, offers and pulls, ring laps, hand-offs) is a
     Payload on one channel or another, sent through one acknowledged outbox.
-    ``run_clock`` asks the coordinator how far the run is (``client/availability.py``).
+    ``run_clock`` asks the coordinator how far the run is (``client/availability.py``);
+    ``cores``, the CPUs the ring's members step on (the cluster's; None: this machine's),
+    decides which laps go in chunks (``schedule.chunked_laps``).
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class ClientCore:
         faults: FaultActions | None = None,
         checkpoint_path: Path | None = None,
         run_clock: Callable[[], Pending[float]] | None = None,
+        cores: int | None = None,
     ) -> None:
         self.id = client_id
         self.config = config
@@ -109,7 +114,10 @@ class ClientCore:
         self.reports = Journal()  # what the coordinator was told
         self.inbox = Inbox()
         self.outbox = Outbox(self.timeouts, self.report_unreachable, self.event)
-        self.laps = RingLaps(self, self.timeouts)
+        ring_cores = cores or os.cpu_count() or 1
+        self.laps = RingLaps(
+            self, self.timeouts, chunk_limit(config.schedule.chunked_laps, ring_cores)
+        )
         self.kept = PushSpool(client_id, checkpoint_path, self.inbox, config)
         self.answers = PeerAnswers(
             client_id, self.specs, progress=self.progress, membership=self.membership,

@@ -112,7 +112,7 @@ class LapHost(Protocol):
 class RingLaps:
     """One client's side of every lap: add and forward, lead and restart, keep results."""
 
-    def __init__(self, host: LapHost, timeouts: Timeouts) -> None:
+    def __init__(self, host: LapHost, timeouts: Timeouts, chunk_max_members: int) -> None:
         self.host = host
         self.timeouts = timeouts
         self.results: dict[tuple[str, int], LapResult] = {}
@@ -121,6 +121,7 @@ class RingLaps:
         self.finished_by: dict[tuple[str, int], tuple[int, int, int]] = {}
         self.answered: set[tuple[str, int, int, int, int]] = set()
         self.chunk_min_bytes = CHUNK_MIN_BYTES  # a lap with less to add goes as one token
+        self.chunk_max_members = chunk_max_members  # and so does one of more members
         self.lock = threading.Lock()
 
     def result(self, name: str, round_: int) -> LapResult | None:
@@ -208,7 +209,8 @@ class RingLaps:
         """Take part in lap ``name`` of ``round_``; None only if it could not finish.
 
         The lap goes in chunks when its leader's contribution has ``chunk_min_bytes`` or
-        more and three members or more run the round, as one token otherwise. It gives up
+        more and three to ``chunk_max_members`` members run the round, as one token
+        otherwise. It gives up
         when the run's time budget ends: a member that saw the budget end before this round
         never joins it, and the others must not wait for it past the run's end.
         """
@@ -217,7 +219,9 @@ class RingLaps:
         budget_s = max(0.0, host.time_left())
         deadline = started + min(self.timeouts.lap_give_up_s, budget_s)
         why = "the time budget ended" if budget_s < self.timeouts.lap_give_up_s else None
-        chunks = ChunkedLap(host, name, round_, contribution, self.chunk_min_bytes)
+        chunks = ChunkedLap(
+            host, name, round_, contribution, self.chunk_min_bytes, self.chunk_max_members
+        )
         mine: set[int] = set()  # token attempts this client started as leader
         led = 0  # attempts of either kind this client started as leader
         attempt_at, attempt_epoch = 0.0, -1

@@ -266,6 +266,12 @@ class ScheduleSection:
     # no laps (every client alone: the isolation control); ``noise`` merges Gaussian noise
     # with each received floating tensor's mean and std (does what travels matter?).
     exchange: ExchangeMode = "normal"
+    # How a ring lap goes: ``always`` as a chunked ring all-reduce (each member sends
+    # 2(N-1) messages of a model's 1/N at once), ``never`` as one token (2(N-1) whole-model
+    # hops one after another), ``auto`` in chunks when the lap's members are no more than
+    # the cluster's CPUs: only members that step at once gain from the chunks, and where
+    # they share cores the chunks' N-fold calls cost more than the token's bytes.
+    chunked_laps: Literal["auto", "always", "never"] = "auto"
 
     def __post_init__(self) -> None:
         factor = self.straggler_factor

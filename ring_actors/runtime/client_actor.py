@@ -137,6 +137,7 @@ class ClientActor:
             faults=ProcessFaults(),
             checkpoint_path=checkpoint,
             run_clock=control.run_elapsed_s,
+            cores=int(ray.cluster_resources().get("CPU", 1)),
         )
         if resume:
             self.core.load_checkpoint()

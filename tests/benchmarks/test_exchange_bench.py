@@ -30,11 +30,11 @@ def test_a_hop_by_phase_and_laps_in_process_and_on_ray(tmp_path):
         assert sum(row["phases_ms"].values()) <= row["whole_ms"] * (1 + 1e-9)  # float sums
         assert row["bare_ray_ms"] > 0 and row["memcpy_ms"] > 0
     laps = [r for r in rows if r["part"] == "lap"]
-    assert sorted((r["where"], r["members"]) for r in laps) == [
-        ("in process", 2),
-        ("in process", 3),
-        ("ray", 2),
-        ("ray", 3),
+    assert sorted((r["where"], r["kind"], r["members"]) for r in laps) == [
+        (where, kind, members)
+        for where in ("in process", "ray")
+        for kind in ("chunks", "token")
+        for members in (2, 3)
     ]
     for row in laps:
         assert row["finished"] and row["laps"] == 2 and row["backbone"] == "cnn"

@@ -86,6 +86,22 @@ def test_a_small_lap_or_a_ring_of_two_keeps_the_single_token(members, rows):
     assert {float(r.total["n"]) for r in results.values()} == {float(2**members - 1)}
 
 
+@pytest.mark.parametrize(
+    ("policy", "cores", "chunked"),
+    [("auto", 4, True), ("auto", 3, False), ("auto", 64, True), ("never", 64, False),
+     ("always", 1, True)],
+)  # fmt: skip
+def test_a_lap_goes_in_chunks_only_among_members_that_step_at_once(policy, cores, chunked):
+    """``auto``: chunks while the members are no more than the cores, one token past them
+    (their N-fold calls would share the cores); ``always`` and ``never`` as they say."""
+    schedule = {**CONFIG.to_dict()["schedule"], "chunked_laps": policy}
+    config = config_from_dict({**CONFIG.to_dict(), "schedule": schedule})
+    net, _ = ring(4, config, cores=cores)
+    results, delivered = run_lap(net, {m: weights(m, LARGE) for m in range(4)})
+    assert delivered and all((p.lap.chunk >= 0) == chunked for p in delivered)
+    assert {float(r.total["n"]) for r in results.values()} == {15.0}
+
+
 def test_the_leaders_choice_wins_when_members_sit_on_both_sides_of_the_threshold():
     """A leader with little to add sends one token; the members that started chunks of
     their own join it, and their chunks, which the leader ignores, never finish."""
@@ -273,7 +289,7 @@ def test_a_lap_gives_up_when_the_run_s_time_budget_ends(chunked):
         {
             **CONFIG.to_dict(),
             "experiment": {"time_budget_s": 1.0},
-            "schedule": {"hop_timeout_s": 30},
+            "schedule": {**CONFIG.to_dict()["schedule"], "hop_timeout_s": 30},
         }
     )
     net, _ = ring(3, config, chunked=chunked)

@@ -90,18 +90,23 @@ CONFIG = config_from_dict(
     {
         "clients": {"count": 4},
         "algorithm": {"name": "fedavg"},
-        "schedule": {"hop_timeout_s": HOP_S},
+        # Chunks wherever a lap is large enough, however few cores this machine has.
+        "schedule": {"hop_timeout_s": HOP_S, "chunked_laps": "always"},
     }
 )
 METHODS = {m: build_algorithm(CONFIG, m, 4, SHAPE, torch.device("cpu")) for m in range(4)}
 
 
-def ring(members: int, config: Config = CONFIG, chunked: bool = False) -> tuple[Net, View]:
-    """``members`` client cores; with ``chunked``, every lap of three or more goes in chunks."""
+def ring(
+    members: int, config: Config = CONFIG, chunked: bool = False, cores: int | None = None
+) -> tuple[Net, View]:
+    """``members`` client cores on ``cores`` CPUs (None: this machine's); with ``chunked``,
+    every lap of three or more goes in chunks."""
     net = Net()
     view = View(1, tuple(range(members)), (0,) * members)
+    data = ClientData(DATA, DATA, DATA)
     for m in range(members):
-        net.cores[m] = ClientCore(m, config, METHODS[m], ClientData(DATA, DATA, DATA), Reports())
+        net.cores[m] = ClientCore(m, config, METHODS[m], data, Reports(), cores=cores)
         if chunked:
             net.cores[m].laps.chunk_min_bytes = 0
     for m in range(members):

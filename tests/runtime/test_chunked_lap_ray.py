@@ -21,6 +21,7 @@ def test_a_member_crashing_mid_lap_restarts_the_chunked_lap_over_the_survivors(r
         "clients.count=4",
         "experiment.rounds=3",
         "schedule.hop_timeout_s=6",
+        "schedule.chunked_laps=always",  # four members on two CPUs: auto sends one token
         # No heartbeat finds the crash first: the ring does, when a chunk sent to it fails.
         "schedule.heartbeat_s=600",
         "faults=[{at_round: 1, crash: [2]}]",
