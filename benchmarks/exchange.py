@@ -189,6 +189,7 @@ def overhead_run(
                 "checkpoint": not args.no_checkpoint,
             },
             "algorithm": {"name": method},
+            "schedule": {"chunked_laps": args.chunked_laps},
             "eval": {"every": rounds, "global_max_samples": 100},
             "tracking": {"uri": f"sqlite:///{out / 'mlflow.db'}"},
         }
@@ -225,7 +226,8 @@ def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path)
         for rounds in args.rounds
     ]
     row = {"part": "overhead", "method": method, "clients": clients,
-           "checkpoint": not args.no_checkpoint, "runs": runs}  # fmt: skip
+           "checkpoint": not args.no_checkpoint, "chunked_laps": args.chunked_laps,
+           "runs": runs}  # fmt: skip
     row["core_s_per_client_round"] = runs[-1]["core_s_per_client_round"]
     row["clients_own_core_s_beyond_training"] = runs[-1]["clients_own_core_s_beyond_training"]
     row["added_core_s_per_client_round"] = None
@@ -268,6 +270,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=32, help="training samples per client")
     parser.add_argument("--no-checkpoint", action="store_true",
                         help="overhead: clients write no per-round checkpoint")  # fmt: skip
+    parser.add_argument("--chunked-laps", choices=("auto", "always", "never"), default="auto",
+                        help="overhead: the runs' schedule.chunked_laps")  # fmt: skip
     parser.add_argument("--dataset", default="fashion-mnist-sample")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--json", type=Path, default=RESULTS / "exchange.json")
@@ -296,11 +300,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     costs = [r for r in rows if r["part"] == "overhead"]
     if costs:
         kinds = ("clients", "coordinator", "slot pool", "driver", "ray")
-        header = ["method", "clients", "checkpoint", "core-s per client-round",
+        header = ["method", "clients", "checkpoint", "laps in chunks", "core-s per client-round",
                   "a client's own, beyond training", "added per client-round",
                   *(f"added: {kind}" for kind in kinds)]  # fmt: skip
         parts.append(markdown_table(header, [
-            [r["method"], r["clients"], r["checkpoint"], f"{r['core_s_per_client_round']:.3f}",
+            [r["method"], r["clients"], r["checkpoint"], r["chunked_laps"],
+             f"{r['core_s_per_client_round']:.3f}",
              _or_none(r["clients_own_core_s_beyond_training"]),
              _or_none(r["added_core_s_per_client_round"]),
              *(_or_none((r["added_by_kind"] or {}).get(kind)) for kind in kinds)]

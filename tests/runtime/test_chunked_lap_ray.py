@@ -45,3 +45,18 @@ def test_a_member_crashing_mid_lap_restarts_the_chunked_lap_over_the_survivors(r
     restarts = [e for e in events if e["kind"] == "lap_restarted"]
     assert restarts and all(e["round"] == 1 and "in chunks" in e["detail"] for e in restarts)
     assert not [e for e in events if e["kind"] in ("lap_failed", "lap_token_refused")]
+
+
+def test_on_fewer_cpus_than_members_a_lap_goes_as_one_token(ray_local, tmp_path):
+    """``auto`` on a Ray of two CPUs: four members would share them, so FedAvg's lap goes
+    as one token, whose leader sends its model and the total where others send less."""
+    config = small_config(
+        tmp_path, f"data.dataset={SAMPLE}", "algorithm.name=fedavg", "clients.count=4"
+    )
+    out = tmp_path / "out"
+    summary = run_experiment(config, out, progress=False)
+    assert summary["rounds_completed"] == config.experiment.rounds
+    rows = pq.read_table(out / "metrics.parquet").to_pylist()
+    sent = [r["bytes_sent"] for r in rows if r["round"] == 0]
+    assert len(sent) == 4 and max(sent) > 1.5 * min(sent)  # chunks: all within 5%
+    assert len({r["lap_average_checksum"] for r in rows if r["round"] == 0}) == 1
