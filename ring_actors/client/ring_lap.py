@@ -210,9 +210,9 @@ class RingLaps:
 
         The lap goes in chunks when its leader's contribution has ``chunk_min_bytes`` or
         more and three to ``chunk_max_members`` members run the round, as one token
-        otherwise. It gives up
-        when the run's time budget ends: a member that saw the budget end before this round
-        never joins it, and the others must not wait for it past the run's end.
+        otherwise. It gives up when the run's time budget ends: a member that saw the budget
+        end before this round never joins it, and the others must not wait for it past the
+        run's end.
         """
         host, key = self.host, (name, round_)
         started = time.monotonic()
