@@ -40,7 +40,7 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import ray
@@ -49,6 +49,7 @@ import torch
 from benchmarks.common import RESULTS, markdown_table, tree_cpu_s_by_kind, write_json
 from benchmarks.exchange_lap import LAP_KINDS, MIB, laps_in_process, laps_on_ray, timed_ms
 from ring_actors.config import config_from_dict
+from ring_actors.config.sections import ChunkedLaps
 from ring_actors.coordinator.history import read_history
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.payload_checks import HEADROOM_BYTES, Bounds, check_tensors, specs
@@ -270,7 +271,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=32, help="training samples per client")
     parser.add_argument("--no-checkpoint", action="store_true",
                         help="overhead: clients write no per-round checkpoint")  # fmt: skip
-    parser.add_argument("--chunked-laps", choices=("auto", "always", "never"), default="auto",
+    parser.add_argument("--chunked-laps", choices=get_args(ChunkedLaps), default="auto",
                         help="overhead: the runs' schedule.chunked_laps")  # fmt: skip
     parser.add_argument("--dataset", default="fashion-mnist-sample")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)

@@ -49,6 +49,7 @@ from ring_actors.client.chunk_layout import (
     misfit,
     rebuild,
 )
+from ring_actors.config.sections import ChunkedLaps
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
@@ -64,7 +65,7 @@ CHUNK_MIN_BYTES = 64 * 2**10
 SEQ_PER_STEP = 2**32
 
 
-def chunk_limit(policy: str, cores: int) -> int:
+def chunk_limit(policy: ChunkedLaps, cores: int) -> int:
     """The most members a lap goes in chunks among. Chunks pay where the members step at
     once: each sends 2(N-1) messages of M/N bytes where a token makes 2(N-1) hops of M, so
     on fewer cores than members their N-fold calls outweigh the bytes they save."""

@@ -234,6 +234,7 @@ class TopologySection:
 
 
 ExchangeMode = Literal["normal", "none", "noise"]
+ChunkedLaps = Literal["auto", "always", "never"]
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,7 @@ class ScheduleSection:
     # hops one after another), ``auto`` in chunks when the lap's members are no more than
     # the cluster's CPUs: only members that step at once gain from the chunks, and where
     # they share cores the chunks' N-fold calls cost more than the token's bytes.
-    chunked_laps: Literal["auto", "always", "never"] = "auto"
+    chunked_laps: ChunkedLaps = "auto"
 
     def __post_init__(self) -> None:
         factor = self.straggler_factor
