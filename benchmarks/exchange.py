@@ -1,7 +1,7 @@
 """What the exchange costs apart from training: one hop by phase, a lap of N members beside
 the bound of a bandwidth-optimal ring all-reduce, and the framework's CPU per client-round.
 
-    python -m benchmarks.exchange --parts hop lap overhead --sizes-mb 1 8 43 100 \\
+    python -m benchmarks.exchange --parts hop lap merge overhead --sizes-mb 1 8 43 100 \\
         --members 2 4 8 16 32 --clients 8 16 32 --json benchmarks/results/exchange.json
 
 hop: a payload of float32 tensors (4 MiB each at most) goes from this process to a receiver
@@ -18,6 +18,10 @@ bytes, and a copy of them in memory. Phases are means over the repeats, as is th
 lap: the ``cnn`` and ResNet-18 states as every member's contribution to one lap among N client
 cores, in process and on Ray actors, beside the bound T = 2(N-1)·a + 2(N-1)/N·M/B with a and
 B measured in the same run (``benchmarks/exchange_lap.py``).
+
+merge: ``DFedAvg.merge`` of k received states (the ``cnn`` and ResNet-18) into the client's own,
+on one torch thread as a client on a shared core computes, beside one memcpy of the state per
+state merged: the least a merge can touch. Medians over the repeats.
 
 overhead: ``run_experiment`` of each method with tiny training (``--samples`` per client, one
 epoch), Ray started by the run. The CPU seconds of this process and every process below it
@@ -47,7 +51,16 @@ import ray
 import torch
 
 from benchmarks.common import RESULTS, markdown_table, tree_cpu_s_by_kind, write_json
-from benchmarks.exchange_lap import LAP_KINDS, MIB, laps_in_process, laps_on_ray, timed_ms
+from benchmarks.exchange_lap import (
+    LAP_KINDS,
+    MIB,
+    laps_in_process,
+    laps_on_ray,
+    state_of,
+    timed_ms,
+)
+from ring_actors.algorithms.base import TaskSpec
+from ring_actors.algorithms.dfedavg import DFedAvg, DFedAvgOptions
 from ring_actors.config import config_from_dict
 from ring_actors.config.sections import ChunkedLaps
 from ring_actors.coordinator.history import read_history
@@ -167,6 +180,36 @@ def hop_row(receiver: Any, mb: float, repeats: int) -> dict[str, Any]:
     }
 
 
+# ---- merge ----------------------------------------------------------------------------------
+
+
+def merge_row(backbone: str, received: int, repeats: int) -> dict[str, Any]:
+    """``DFedAvg.merge`` of ``received`` states into its own, against a memcpy of each."""
+    state = state_of(backbone)
+    options = DFedAvgOptions(backbone=backbone)
+    task = TaskSpec(10, (3, 32, 32), 1, 32, torch.device("cpu"), seed=0, shared_seed=0)
+    method = DFedAvg(options, task)
+    payloads = [Payload(1 + k, 0, 0, 0, state, num_samples=1) for k in range(received)]
+    own = method.model.state_dict()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        merge_ms = [timed_ms(lambda: method.merge(payloads)) for _ in range(repeats)]
+
+        def copies() -> None:
+            for _ in range(received):
+                for name, value in own.items():
+                    value.copy_(state[name])
+
+        memcpy_ms = [timed_ms(copies) for _ in range(repeats)]
+    finally:
+        torch.set_num_threads(threads)
+    mb = sum(t.numel() * t.element_size() for t in state.values()) / MIB
+    return {"part": "merge", "backbone": backbone, "received": received, "mb": round(mb, 1),
+            "merge_ms": statistics.median(merge_ms),
+            "memcpy_ms": statistics.median(memcpy_ms)}  # fmt: skip
+
+
 # ---- overhead -------------------------------------------------------------------------------
 
 
@@ -254,8 +297,8 @@ def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path)
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.exchange", description=__doc__)
-    parser.add_argument("--parts", nargs="+", choices=("hop", "lap", "overhead"),
-                        default=["hop", "lap", "overhead"])  # fmt: skip
+    parser.add_argument("--parts", nargs="+", choices=("hop", "lap", "merge", "overhead"),
+                        default=["hop", "lap", "merge", "overhead"])  # fmt: skip
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 8, 43, 100])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--members", type=int, nargs="+", default=[2, 4, 8, 16, 32])
@@ -264,6 +307,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         default=list(LAP_KINDS))  # fmt: skip
     parser.add_argument("--where", nargs="+", choices=("in process", "ray"),
                         default=["in process", "ray"])  # fmt: skip
+    parser.add_argument(
+        "--received", type=int, nargs="+", default=[1, 2, 4], help="states merged at once (merge)"
+    )
     parser.add_argument("--clients", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--methods", nargs="+", default=["dfedavg", "drdfl", "fedavg"])
     parser.add_argument("--rounds", type=int, nargs="+", default=[3, 9],
@@ -298,6 +344,12 @@ def table(rows: list[dict[str, Any]]) -> str:
             [r["where"], r["kind"], r["backbone"], r["members"], r["mb"], r["lap_ms"],
              r["bound_ms"],
              f"{r['a_ms']:.3f}", r["B_gb_per_s"], r["finished"]] for r in laps]))  # fmt: skip
+    merges = [r for r in rows if r["part"] == "merge"]
+    if merges:
+        header = ["state", "MiB", "states merged", "merge ms", "memcpy ms"]
+        parts.append(markdown_table(header, [
+            [r["backbone"], r["mb"], r["received"], r["merge_ms"], r["memcpy_ms"]]
+            for r in merges]))  # fmt: skip
     costs = [r for r in rows if r["part"] == "overhead"]
     if costs:
         kinds = ("clients", "coordinator", "slot pool", "driver", "ray")
@@ -346,6 +398,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         keep(laps_on_ray(backbone, members, args.repeats, kind))
         finally:
             ray.shutdown()
+    if "merge" in args.parts:
+        for backbone, received in itertools.product(args.backbones, args.received):
+            keep(merge_row(backbone, received, args.repeats))
     if "overhead" in args.parts:
         with tempfile.TemporaryDirectory(prefix="exchange-overhead-") as tmp:
             for method in args.methods:

@@ -50,4 +50,4 @@ class DFedAvg(SupervisedAlgorithm):
                 if not value.is_floating_point():
                     continue  # BatchNorm's batch counter: keep the local count
                 incoming = [p.tensors[name].to(value.device) for p in received]
-                value.copy_(weighted_average(value, incoming, weights))
+                weighted_average(value, incoming, weights, out=value)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ring_actors.algorithms.head_body import HeadBodyAlgorithm, HeadBodyOptions
+from ring_actors.algorithms.staleness import weighted_average
 from ring_actors.delivery.payloads import Payload
 
 
@@ -39,4 +40,4 @@ class DFedPGP(HeadBodyAlgorithm):
         with torch.no_grad():
             for name, value in self.body_state().items():
                 incoming = [p.tensors[name].to(value.device) for p in received]
-                value.copy_(torch.stack([value, *incoming]).mean(0))
+                weighted_average(value, incoming, [1.0] * len(incoming), out=value)

@@ -229,13 +229,15 @@ class DRDFL(Algorithm):
         exponent = self.options.staleness_exponent
         weights = staleness_weights(self.current_round, [p.round for p in received], exponent)
 
-        def mean_of(name: str, own: torch.Tensor | None = None) -> torch.Tensor:
+        def mean_of(
+            name: str, own: torch.Tensor | None = None, out: torch.Tensor | None = None
+        ) -> torch.Tensor:
             values = [t[name].to(self.device) for t in incoming]
-            return weighted_average(own, values, weights)
+            return weighted_average(own, values, weights, out=out)
 
         own_weight = self.options.merge == "average"
         for name, value in self._learngene_state().items():
-            value.copy_(mean_of(LEARNGENE_PREFIX + name, value if own_weight else None))
+            mean_of(LEARNGENE_PREFIX + name, value if own_weight else None, out=value)
         self._reset_learngene_optimizer()
         if self.priors_frozen:
             return

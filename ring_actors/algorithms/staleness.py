@@ -26,11 +26,23 @@ def staleness_weights(
 
 
 def weighted_average(
-    own: torch.Tensor | None, incoming: Sequence[torch.Tensor], weights: Sequence[float]
+    own: torch.Tensor | None,
+    incoming: Sequence[torch.Tensor],
+    weights: Sequence[float],
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The average of ``own`` (weight 1, when given) and ``incoming`` with ``weights``."""
+    """The average of ``own`` (weight 1, when given) and ``incoming`` with ``weights``, summed
+    into ``out``: a new tensor when None, ``own`` itself for a merge in place. One pass per
+    state and no tensor the size of the model allocated per merge: a stack of copies made a
+    ``cnn`` merge five times slower, and a new tensor made a ResNet-18 merge over twice slower."""
     values = list(incoming) if own is None else [own, *incoming]
     w = list(weights) if own is None else [1.0, *weights]
-    scale = torch.tensor(w, dtype=values[0].dtype, device=values[0].device)
-    scale = scale.view(-1, *([1] * values[0].dim()))
-    return (torch.stack(values) * scale).sum(0) / sum(w)
+    if out is None:
+        out = values[0] * w[0]
+    else:
+        out.copy_(values[0])  # nothing to copy where ``out`` is ``own``
+        if w[0] != 1.0:
+            out.mul_(w[0])
+    for value, weight in zip(values[1:], w[1:], strict=True):
+        out.add_(value, alpha=weight)
+    return out.div_(sum(w))

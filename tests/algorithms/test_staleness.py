@@ -33,6 +33,22 @@ def test_weighted_average_with_and_without_an_own_state():
     assert torch.allclose(weighted_average(None, [a, b], [1.0, 0.25]), torch.full((2,), 2 / 1.25))
 
 
+def test_weighted_average_in_place_of_the_own_state():
+    own, a, b = torch.zeros(2), torch.ones(2), torch.full((2,), 4.0)
+    merged = weighted_average(own, [a, b], [1.0, 0.25], out=own)
+    assert merged is own and torch.allclose(own, torch.full((2,), 2 / 2.25))
+    other = torch.full((2,), 7.0)  # an ``out`` that is not the own state is overwritten
+    weighted_average(None, [a, b], [1.0, 0.25], out=other)
+    assert torch.allclose(other, torch.full((2,), 2 / 1.25))
+
+
+def test_weighted_average_leaves_its_inputs_as_they_were():
+    own, a = torch.zeros(3), torch.arange(3.0)
+    weighted_average(own, [a], [0.5])
+    weighted_average(None, [a, own], [1.0, 1.0])
+    assert torch.equal(own, torch.zeros(3)) and torch.equal(a, torch.arange(3.0))
+
+
 def _dfedavg(exponent: float) -> DFedAvg:
     task = TaskSpec(4, (1, 8, 8), 1, 8, CPU, seed=0, shared_seed=0)
     return DFedAvg(DFedAvgOptions(staleness_exponent=exponent), task)

@@ -43,6 +43,19 @@ def test_a_hop_by_phase_and_laps_in_process_and_on_ray(tmp_path):
     assert json.loads(out.read_text()) == rows
 
 
+def test_a_merge_beside_a_memcpy_of_the_states_it_merges(tmp_path):
+    rows = main(
+        ["--parts", "merge", "--backbones", "cnn", "--received", "1", "2", "--repeats", "2",
+         "--json", str(tmp_path / "exchange.json")]
+    )  # fmt: skip
+    assert [(r["part"], r["backbone"], r["received"]) for r in rows] == [
+        ("merge", "cnn", 1),
+        ("merge", "cnn", 2),
+    ]
+    for row in rows:
+        assert row["merge_ms"] > 0 and row["memcpy_ms"] > 0 and row["mb"] > 1
+
+
 def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
     out = tmp_path / "exchange.json"
     rows = main(
