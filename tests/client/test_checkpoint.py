@@ -4,6 +4,7 @@ that names only allowed classes, so reading either runs no code."""
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import sys
 
@@ -12,11 +13,15 @@ import torch
 
 from ring_actors.algorithms import ALGORITHMS
 from ring_actors.client.checkpoint import load_client_state
+from ring_actors.client.core import ClientCore
 from ring_actors.client.method_factory import build_algorithm
+from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
+from ring_actors.delivery.view import View
 from ring_actors.faults.client_side import strike
 from ring_actors.storage.run_folder import CheckpointError
+from tests.helpers.client_links import SHAPE, Peer, Reports
 from tests.helpers.synthetic import separable
 
 
@@ -100,3 +105,52 @@ def test_the_coordinator_record_round_trips_and_refuses_another_version(tmp_path
     path.write_text(path.read_text().replace('"version": 1', '"version": 99'))
     with pytest.raises(CheckpointError, match="version-1"):
         read_record(path)
+
+
+def _checkpointing_client(tmp_path, algorithm: str):
+    config = config_from_dict(
+        {
+            "clients": {"count": 3},
+            "algorithm": {"name": algorithm},
+            "schedule": {"hop_timeout_s": 2},
+        }
+    )
+    data = separable(32, 4, SHAPE)
+    method = build_algorithm(config, 0, 4, SHAPE, torch.device("cpu"))
+    client = ClientCore(
+        0,
+        config,
+        method,
+        ClientData(data, data, data),
+        Reports(),
+        checkpoint_path=tmp_path / "c.pt",
+    )
+    client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})
+    return client, data
+
+
+def _bytes_saved(state) -> int:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.tell()
+
+
+@pytest.mark.parametrize("algorithm", ["dfedavg", "drdfl"])
+def test_a_last_push_equal_to_the_model_is_written_once_and_restored_apart_from_it(
+    tmp_path, algorithm
+):
+    client, data = _checkpointing_client(tmp_path, algorithm)
+    assert client.run_round(0)
+    push = client.published.last_push
+    method_bytes = _bytes_saved(client.algorithm)
+    push_bytes = sum(t.numel() * t.element_size() for t in push.tensors.values())
+    # the method and the rest of the state, and no more than half the push again
+    assert (tmp_path / "c.pt").stat().st_size < method_bytes + push_bytes / 2
+
+    restored, _ = _checkpointing_client(tmp_path, algorithm)
+    assert restored.load_checkpoint() == 0
+    again = restored.published.last_push
+    assert again.key == push.key and set(again.tensors) == set(push.tensors)
+    restored.algorithm.train_round(data)  # the model moves on; the push it sent does not
+    for name, tensor in push.tensors.items():
+        assert torch.equal(again.tensors[name], tensor), name
