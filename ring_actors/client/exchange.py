@@ -24,6 +24,7 @@ from ring_actors.delivery.payloads import (
     Payload,
     PayloadError,
     all_finite,
+    cpu_snapshots,
     detach_to_cpu,
 )
 from ring_actors.delivery.transport import wait_all
@@ -205,8 +206,7 @@ class Exchange:
         """Snapshot what a joiner gets, then push the shared state or the offer."""
         method, published = self.host.algorithm, self.published
         with self.slots.resident():
-            shared = detach_to_cpu(method.shared_state())
-            hand_off = detach_to_cpu(method.hand_off_state())
+            shared, hand_off = cpu_snapshots(method.shared_state(), method.hand_off_state())
             offer = detach_to_cpu(method.offer() or {}) if self.specs.offers else None
         with published.lock:
             published.hand_off, published.hand_off_round = hand_off, round_

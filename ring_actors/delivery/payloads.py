@@ -184,6 +184,21 @@ def detach_to_cpu(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
 
 
+def cpu_snapshots(*states: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """Detached CPU copies of several states, a tensor they share copied once: a method's
+    hand-off is mostly its shared state again, and a round publishes both. The copies are
+    read, never written, so sharing one between the states is safe."""
+    copies: dict[tuple, torch.Tensor] = {}
+
+    def copy(tensor: torch.Tensor) -> torch.Tensor:
+        key = (tensor.device, tensor.data_ptr(), tensor.dtype, tensor.shape, tensor.stride())
+        if key not in copies:
+            copies[key] = tensor.detach().to("cpu", copy=True)
+        return copies[key]
+
+    return [{name: copy(tensor) for name, tensor in state.items()} for state in states]
+
+
 def all_finite(tensors: dict[str, torch.Tensor]) -> bool:
     """True when no floating-point value is NaN or infinite."""
     return all(finite(t) for t in tensors.values())

@@ -42,6 +42,16 @@ def test_a_round_reports_the_training_threads_cpu_time_beside_its_wall_time():
     assert 0 < metrics["train_cpu_s"] <= metrics["train_s"] + 0.01
 
 
+def test_a_round_publishes_one_copy_of_what_its_push_and_its_hand_off_share():
+    client = lone_client("dfedavg")
+    assert client.run_round(0)
+    push, hand_off = client.published.last_push.tensors, client.published.hand_off
+    assert set(push) == set(hand_off)
+    assert all(push[name] is hand_off[name] for name in push)
+    own = client.algorithm.shared_state()
+    assert all(push[name].data_ptr() != own[name].data_ptr() for name in push)
+
+
 def test_a_round_reports_the_process_cpu_used_since_the_previous_rounds_measures():
     client = lone_client(algorithm="local")
     client.set_view(View(2, (0,), (0,)), {})

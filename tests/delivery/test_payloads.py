@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from ring_actors.delivery.payloads import Channel, LapHeader, Payload, PayloadError, detach_to_cpu
+from ring_actors.delivery.payloads import (
+    Channel,
+    LapHeader,
+    Payload,
+    PayloadError,
+    cpu_snapshots,
+    detach_to_cpu,
+)
 from tests.helpers.torch_calls import TensorsMade
 
 
@@ -132,3 +139,15 @@ def test_values_whose_sum_overflows_their_type_are_finite():
     tensors = {"h": torch.full((70000,), 1.0, dtype=torch.float16)}  # sums past 65504
     tensors["w"] = torch.tensor([3e38, 3e38])  # sums past float32's largest
     make(tensors).validate()
+
+
+def test_snapshots_copy_a_tensor_the_states_share_once_and_alias_none_of_them():
+    weight, bias = torch.arange(6.0), torch.ones(2)
+    shared, hand_off = cpu_snapshots({"w": weight, "b": bias}, {"w": weight, "x": bias * 2})
+    assert shared["w"] is hand_off["w"]
+    assert shared["w"].data_ptr() != weight.data_ptr()
+    weight.add_(100.0)
+    assert torch.equal(hand_off["w"], torch.arange(6.0))
+    assert torch.equal(shared["b"], torch.ones(2)) and torch.equal(
+        hand_off["x"], torch.full((2,), 2.0)
+    )
