@@ -8,13 +8,14 @@ so a checkpoint directory on a shared filesystem is not a way into every node.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions
+from ring_actors.client.lap_totals import LapTotalFiles
 from ring_actors.client.ring_lap import RingLaps
 from ring_actors.client.state import Journal, Progress, Published
 from ring_actors.config import Config
@@ -105,6 +106,10 @@ class Checkpointing:
     kept: PushSpool
     control: ControlLink
     host: CheckpointHost
+    lap_files: LapTotalFiles | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lap_files = LapTotalFiles(self.path.with_suffix(".laps")) if self.path else None
 
     def save(self, round_: int) -> None:
         """The private state after ``round_``, for a restarted client to resume from."""
@@ -123,6 +128,9 @@ class Checkpointing:
         if last is not None:  # restored as ``last_push``
             last = sharing_storage(last, self.host.algorithm.shared_state())
         pushes = [*older.values(), *([last] if last else [])]
+        lap_files = self.lap_files
+        assert lap_files is not None
+        laps = lap_files.keep(self.laps.kept())  # only totals not on disk yet are written
         state = {
             "round": round_,
             "first_round": self.progress.first_round,
@@ -130,10 +138,11 @@ class Checkpointing:
             "journal": self.journal.dicts(),
             "pushes": pushes,
             "published": published,
-            "laps": self.laps.kept(),
+            "laps": laps,
             "torch_rng": torch.get_rng_state(),
         }
         write_atomic(path, lambda file: save_state(state, file))
+        lap_files.retain(laps)  # the totals no checkpoint lists any more
         self.kept.retain_unmerged()  # what this checkpoint merged is no longer needed
 
     def load(self) -> int | None:
@@ -156,7 +165,8 @@ class Checkpointing:
             published.by_round = saved["published"]
             # A joiner's donor hands the state it resumed, not the one it was built with.
             published.hand_off, published.hand_off_round = hand_off, saved["round"]
-        self.laps.restore(saved["laps"])
+        assert self.lap_files is not None
+        self.laps.restore(self.lap_files.load(saved["laps"], self.device))
         torch.set_rng_state(saved["torch_rng"])
         self.kept.restore(self.device)  # acknowledged before the crash
         for entry in entries:

@@ -16,6 +16,7 @@ from ring_actors.client.checkpoint import load_client_state
 from ring_actors.client.core import ClientCore
 from ring_actors.client.method_factory import build_algorithm
 from ring_actors.client.resources import ClientData
+from ring_actors.client.ring_lap import LapResult
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
 from ring_actors.delivery.view import View
@@ -154,3 +155,29 @@ def test_a_last_push_equal_to_the_model_is_written_once_and_restored_apart_from_
     restored.algorithm.train_round(data)  # the model moves on; the push it sent does not
     for name, tensor in push.tensors.items():
         assert torch.equal(again.tensors[name], tensor), name
+
+
+def test_a_laps_total_is_written_once_and_a_restore_gets_every_total_still_kept(tmp_path):
+    client, _ = _checkpointing_client(tmp_path, "fedavg")
+    totals = {r: {"x": torch.full((2**18,), float(r), dtype=torch.float64)} for r in range(5)}
+    total_bytes = 2**18 * 8
+    for round_ in range(4):
+        client.laps.results[("avg", round_)] = LapResult(totals[round_], (0, 1, 2))
+    client.save_checkpoint(3)
+    files = {p.name: p.stat().st_ino for p in (tmp_path / "c.laps").glob("*.pt")}
+    client.laps.results[("avg", 4)] = LapResult(totals[4], (0, 1))
+    client.laps.forget_before(2)
+    client.save_checkpoint(4)
+    after = {p.name: p.stat().st_ino for p in (tmp_path / "c.laps").glob("*.pt")}
+    assert len(after) == 3 and len(set(after) & set(files)) == 2  # rounds 0 and 1 are gone
+    assert all(after[name] == files[name] for name in set(after) & set(files))  # not rewritten
+    # the second checkpoint holds the method and at most the one new total, not all three
+    assert (tmp_path / "c.pt").stat().st_size < _bytes_saved(client.algorithm) + 1.5 * total_bytes
+
+    restored, _ = _checkpointing_client(tmp_path, "fedavg")
+    assert restored.load_checkpoint() == 4
+    assert sorted(restored.laps.kept()) == [("avg", 2), ("avg", 3), ("avg", 4)]
+    for round_ in (2, 3, 4):
+        kept = restored.lap_result("avg", round_)
+        assert kept is not None and torch.equal(kept.total["x"], totals[round_]["x"])
+    assert restored.lap_result("avg", 4).contributors == (0, 1)

@@ -1,0 +1,59 @@
+"""The laps' totals a client's checkpoint keeps, one file each, written once.
+
+A client keeps the totals of its last few laps for peers a round behind (``ring_lap.py``).
+A checkpoint that held them would write each one again every round: five model-sized totals
+for FedAvg's one lap a round, more than the model, its optimiser and its push together. A
+total never changes once kept, so each is written to a file of its own at the first
+checkpoint after it and deleted once no checkpoint lists it: a round writes only its own
+laps' totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+from urllib.parse import quote
+
+import torch
+
+from ring_actors.client.ring_lap import LapResult
+from ring_actors.storage.durable import write_atomic
+from ring_actors.storage.safe_load import load_allowlisted
+from ring_actors.storage.state_files import save_state
+
+LapKey = tuple[str, int]  # a lap's name and round
+
+
+class LapTotalFiles:
+    """One file per kept total in ``directory``, each written atomically."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.written: dict[LapKey, LapResult] = {}  # what is on disk, by the object written
+
+    def keep(self, results: dict[LapKey, LapResult]) -> list[LapKey]:
+        """Write each result not on disk yet; the keys for the checkpoint to list."""
+        for key, result in results.items():
+            if self.written.get(key) is not result:
+                write_atomic(self._path(key), lambda file, r=result: save_state(r, file))
+                self.written[key] = result
+        return sorted(results)
+
+    def retain(self, keys: Collection[LapKey]) -> None:
+        """Delete the totals the checkpoint just written no longer lists."""
+        wanted = {self._path(key).name for key in keys}
+        if self.directory.exists():
+            for path in self.directory.glob("*.pt"):
+                if path.name not in wanted:
+                    path.unlink(missing_ok=True)
+        self.written = {key: r for key, r in self.written.items() if key in keys}
+
+    def load(self, keys: Collection[LapKey], device: torch.device) -> dict[LapKey, LapResult]:
+        """The totals a checkpoint lists."""
+        results = {key: load_allowlisted(self._path(key), device) for key in keys}
+        self.written = dict(results)
+        return results
+
+    def _path(self, key: LapKey) -> Path:
+        name, round_ = key
+        return self.directory / f"{quote(name, safe='')}-{round_}.pt"
