@@ -23,6 +23,9 @@ merge: ``DFedAvg.merge`` of k received states (the ``cnn`` and ResNet-18) into t
 on one torch thread as a client on a shared core computes, beside one memcpy of the state per
 state merged: the least a merge can touch. Medians over the repeats.
 
+checkpoint: a client's checkpoint in a steady round, per method: CPU, wall time and bytes
+written (``benchmarks/exchange_checkpoint.py``).
+
 overhead: ``run_experiment`` of each method with tiny training (``--samples`` per client, one
 epoch), Ray started by the run. The CPU seconds of this process and every process below it
 (``common.tree_cpu_s_by_kind``: the driver, the clients, the coordinator, the slot pool and Ray's
@@ -51,6 +54,7 @@ import ray
 import torch
 
 from benchmarks.common import RESULTS, markdown_table, tree_cpu_s_by_kind, write_json
+from benchmarks.exchange_checkpoint import checkpoint_row
 from benchmarks.exchange_lap import (
     LAP_KINDS,
     MIB,
@@ -297,8 +301,9 @@ def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path)
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.exchange", description=__doc__)
-    parser.add_argument("--parts", nargs="+", choices=("hop", "lap", "merge", "overhead"),
-                        default=["hop", "lap", "merge", "overhead"])  # fmt: skip
+    parser.add_argument("--parts", nargs="+",
+                        choices=("hop", "lap", "merge", "checkpoint", "overhead"),
+                        default=["hop", "lap", "merge", "checkpoint", "overhead"])  # fmt: skip
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 8, 43, 100])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--members", type=int, nargs="+", default=[2, 4, 8, 16, 32])
@@ -309,6 +314,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         default=["in process", "ray"])  # fmt: skip
     parser.add_argument(
         "--received", type=int, nargs="+", default=[1, 2, 4], help="states merged at once (merge)"
+    )
+    parser.add_argument(
+        "--checkpoint-rounds",
+        type=int,
+        default=12,
+        help="rounds per method (checkpoint); the first few are not timed",
     )
     parser.add_argument("--clients", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--methods", nargs="+", default=["dfedavg", "drdfl", "fedavg"])
@@ -350,6 +361,12 @@ def table(rows: list[dict[str, Any]]) -> str:
         parts.append(markdown_table(header, [
             [r["backbone"], r["mb"], r["received"], r["merge_ms"], r["memcpy_ms"]]
             for r in merges]))  # fmt: skip
+    saves = [r for r in rows if r["part"] == "checkpoint"]
+    if saves:
+        header = ["method", "rounds", "checkpoint CPU ms", "wall ms", "MB written"]
+        parts.append(markdown_table(header, [
+            [r["method"], r["rounds"], r["cpu_ms"], r["wall_ms"], r["mb_written"]]
+            for r in saves]))  # fmt: skip
     costs = [r for r in rows if r["part"] == "overhead"]
     if costs:
         kinds = ("clients", "coordinator", "slot pool", "driver", "ray")
@@ -401,6 +418,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if "merge" in args.parts:
         for backbone, received in itertools.product(args.backbones, args.received):
             keep(merge_row(backbone, received, args.repeats))
+    if "checkpoint" in args.parts:
+        with tempfile.TemporaryDirectory(prefix="exchange-checkpoint-") as folder:
+            for method in args.methods:
+                keep(checkpoint_row(method, args.checkpoint_rounds, Path(folder)))
     if "overhead" in args.parts:
         with tempfile.TemporaryDirectory(prefix="exchange-overhead-") as tmp:
             for method in args.methods:

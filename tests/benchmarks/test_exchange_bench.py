@@ -56,6 +56,19 @@ def test_a_merge_beside_a_memcpy_of_the_states_it_merges(tmp_path):
         assert row["merge_ms"] > 0 and row["memcpy_ms"] > 0 and row["mb"] > 1
 
 
+def test_a_checkpoint_in_a_steady_round_by_method(tmp_path):
+    rows = main(
+        ["--parts", "checkpoint", "--methods", "dfedavg", "fedavg", "--checkpoint-rounds", "6",
+         "--json", str(tmp_path / "exchange.json")]
+    )  # fmt: skip
+    assert [(r["part"], r["method"], r["rounds"]) for r in rows] == [
+        ("checkpoint", "dfedavg", 2),
+        ("checkpoint", "fedavg", 2),
+    ]
+    for row in rows:  # a cnn of 6 MiB and its optimiser, at the least
+        assert row["cpu_ms"] > 0 and row["wall_ms"] > 0 and row["mb_written"] > 6
+
+
 def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
     out = tmp_path / "exchange.json"
     rows = main(
