@@ -75,6 +75,13 @@ from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.wire import WirePayload, from_wire, to_wire
 from ring_actors.storage.run_folder import RunFolder
 
+# The parts whose table is their rows' fields: each column's header and field.
+COLUMNS = {
+    "merge": {"state": "backbone", "MiB": "mb", "states merged": "received",
+              "merge ms": "merge_ms", "memcpy ms": "memcpy_ms"},
+    "checkpoint": {"method": "method", "rounds": "rounds", "checkpoint CPU ms": "cpu_ms",
+                   "wall ms": "wall_ms", "MB written": "mb_written"},
+}  # fmt: skip
 PHASES = ("encode", "transfer", "rebuild", "finiteness", "validation", "spool", "queue", "ack")
 
 
@@ -355,18 +362,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             [r["where"], r["kind"], r["backbone"], r["members"], r["mb"], r["lap_ms"],
              r["bound_ms"],
              f"{r['a_ms']:.3f}", r["B_gb_per_s"], r["finished"]] for r in laps]))  # fmt: skip
-    merges = [r for r in rows if r["part"] == "merge"]
-    if merges:
-        header = ["state", "MiB", "states merged", "merge ms", "memcpy ms"]
-        parts.append(markdown_table(header, [
-            [r["backbone"], r["mb"], r["received"], r["merge_ms"], r["memcpy_ms"]]
-            for r in merges]))  # fmt: skip
-    saves = [r for r in rows if r["part"] == "checkpoint"]
-    if saves:
-        header = ["method", "rounds", "checkpoint CPU ms", "wall ms", "MB written"]
-        parts.append(markdown_table(header, [
-            [r["method"], r["rounds"], r["cpu_ms"], r["wall_ms"], r["mb_written"]]
-            for r in saves]))  # fmt: skip
+    for part, columns in COLUMNS.items():
+        chosen = [r for r in rows if r["part"] == part]
+        if chosen:
+            parts.append(markdown_table(list(columns), [[r[k] for k in columns.values()]
+                                                        for r in chosen]))  # fmt: skip
     costs = [r for r in rows if r["part"] == "overhead"]
     if costs:
         kinds = ("clients", "coordinator", "slot pool", "driver", "ray")
