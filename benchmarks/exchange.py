@@ -56,8 +56,10 @@ import torch
 from benchmarks.common import RESULTS, markdown_table, tree_cpu_s_by_kind, write_json
 from benchmarks.exchange_checkpoint import checkpoint_row
 from benchmarks.exchange_lap import (
+    CLASSES,
     LAP_KINDS,
     MIB,
+    SHAPE,
     laps_in_process,
     laps_on_ray,
     state_of,
@@ -198,7 +200,7 @@ def merge_row(backbone: str, received: int, repeats: int) -> dict[str, Any]:
     """``DFedAvg.merge`` of ``received`` states into its own, against a memcpy of each."""
     state = state_of(backbone)
     options = DFedAvgOptions(backbone=backbone)
-    task = TaskSpec(10, (3, 32, 32), 1, 32, torch.device("cpu"), seed=0, shared_seed=0)
+    task = TaskSpec(CLASSES, SHAPE, 1, 32, torch.device("cpu"), seed=0, shared_seed=0)
     method = DFedAvg(options, task)
     payloads = [Payload(1 + k, 0, 0, 0, state, num_samples=1) for k in range(received)]
     own = method.model.state_dict()

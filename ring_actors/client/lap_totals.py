@@ -19,7 +19,7 @@ import torch
 from ring_actors.client.ring_lap import LapResult
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
-from ring_actors.storage.state_files import save_state
+from ring_actors.storage.state_files import remove_all_but, save_state
 
 LapKey = tuple[str, int]  # a lap's name and round
 
@@ -41,11 +41,7 @@ class LapTotalFiles:
 
     def retain(self, keys: Collection[LapKey]) -> None:
         """Delete the totals the checkpoint just written no longer lists."""
-        wanted = {self._path(key).name for key in keys}
-        if self.directory.exists():
-            for path in self.directory.glob("*.pt"):
-                if path.name not in wanted:
-                    path.unlink(missing_ok=True)
+        remove_all_but(self.directory, {self._path(key).name for key in keys})
         self.written = {key: r for key, r in self.written.items() if key in keys}
 
     def load(self, keys: Collection[LapKey], device: torch.device) -> dict[LapKey, LapResult]:

@@ -18,7 +18,7 @@ import torch
 from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
-from ring_actors.storage.state_files import save_state
+from ring_actors.storage.state_files import remove_all_but, save_state
 
 PayloadKey = tuple[int, int, int, str, str]
 
@@ -36,11 +36,7 @@ class Spool:
     def retain(self, keys: Iterable[PayloadKey]) -> None:
         """Delete every kept payload but those with ``keys``: the rest are merged and
         covered by a checkpoint."""
-        wanted = {self._path(k).name for k in keys}
-        if self.directory.exists():
-            for path in self.directory.glob("*.pt"):
-                if path.name not in wanted:
-                    path.unlink(missing_ok=True)
+        remove_all_but(self.directory, {self._path(k).name for k in keys})
 
     def load(self, device: torch.device) -> list[Payload]:
         """Every kept payload, oldest round first."""
