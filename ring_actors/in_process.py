@@ -195,7 +195,11 @@ class InProcessRing:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             state = self.coordinator.progress()
-            carry_out(self, self.config.faults, state.round, state.newest, self.faults_applied)
+            config = self.config
+            carry_out(
+                self, config.faults, state.round, state.newest, self.faults_applied,
+                config.experiment.rounds,
+            )  # fmt: skip
             if state.finished or state.stopped:
                 return state
             time.sleep(0.02)

@@ -151,19 +151,26 @@ class CoordinatorCore:
 
     def admit(
         self, client_id: int, handle: ClientHandle, node_id: str, first_round: int | None = None
-    ) -> int:
+    ) -> int | None:
         """Splice a new client in after a (seeded) random member and start it there.
 
         Its nearest live predecessor from an earlier round hands it, for ``init_from``, its
         state at the end of the round before the newcomer's first: ``first_round``, or the
-        earliest round the ring cannot have begun. Returns the id of the member it follows.
+        earliest round the ring cannot have begun. Returns the id of the member it follows;
+        None when that round is past the run's last: a member with no round to train would
+        hold the run open, waiting for a hand-off nobody sends.
         """
         with self.lock:
             if client_id in self.table.members:  # a retried admission changes nothing
                 return self._predecessor(client_id)
+            first_round = self.changes.entry_round(first_round)
+            last = self.config.experiment.rounds - 1
+            if first_round > last:
+                detail = f"its first round {first_round} is past the run's last, {last}"
+                self.changes.event(EventKind.JOIN_SKIPPED, client_id, first_round, detail)
+                return None
             rng = random.Random(self.config.experiment.seed * 7919 + client_id)
             after = self.table.place_for_joiner(rng)
-            first_round = self.changes.entry_round(first_round)
             self.handles[client_id] = handle
             self.table.add(client_id, node_id, after=after, first_round=first_round)
             self.table.mark(client_id, MemberState.RUNNING)

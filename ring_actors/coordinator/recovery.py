@@ -121,20 +121,52 @@ class Recovery:
         return True
 
     def resume_run(self) -> None:
-        """Continue a resumed run: every registered live member from its own checkpoint."""
+        """Continue a resumed run: every member with rounds left, from its own checkpoint.
+
+        Live members resume in the view. One away when the run stopped resumes too, or its
+        new actor's loop never starts and the run never ends: one offline and due back later
+        sits out the rest of its off period and comes back itself; one due back by now is
+        back at once, from the round the ring cannot have begun; one bypassed as hung
+        rejoins with its next report."""
         with self.lock:
-            running = [c for c in self.table.live if c not in self.results.done]
+            unfinished = [c for c in self.table.order if c not in self.results.done]
+            running = [c for c in self.table.live if c in unfinished]
             for client_id in running:
                 self.table.members[client_id].state = MemberState.RUNNING
                 self.health.heard(client_id)
-            journals = {c: self.handles[c].journal() for c in running}
+            away = [c for c in unfinished if self._away_with_a_loop(c)]
+            back = [c for c in self.table.offline if c in away and self._due_back(c)]
+            first_round = self.changes.entry_round()
+            for client_id in back:
+                self.table.come_back(client_id, first_round)
+                self.health.heard(client_id)
+                detail = f"back from offline as the run resumed, from round {first_round}"
+                self.changes.event(EventKind.REJOIN, client_id, first_round, detail)
+            journals = {c: self.handles[c].journal() for c in running + away}
         self._replay_journals(journals)
         with self.lock:
-            self.changes.event(EventKind.RUN_RESUMED, -1, -1, f"members {running}")
+            detail = f"members {running}" + (f", away {away}" if away else "")
+            self.changes.event(EventKind.RUN_RESUMED, -1, -1, detail)
             self.checkpoint(force=True)
             self.changes.broadcast()
             for client_id in running:
                 self.handles[client_id].resume()
+            for client_id in away:
+                if client_id in back:
+                    self.handles[client_id].start(first_round)
+                else:
+                    self.handles[client_id].resume()
+
+    def _away_with_a_loop(self, client_id: int) -> bool:
+        """Offline, or bypassed as hung, with an actor of this run to resume."""
+        state = self.table.members[client_id].state
+        away = state == MemberState.OFFLINE or (
+            state == MemberState.DEAD and client_id in self.health.hung
+        )
+        return away and client_id in self.handles
+
+    def _due_back(self, client_id: int) -> bool:
+        return (self.table.members[client_id].due_back_s or 0.0) <= self.results.now()
 
     def _replay_journals(self, journals: dict[int, Pending[list[dict]]]) -> None:
         """Apply what the clients reported while nobody recorded it."""

@@ -36,6 +36,7 @@ class EventKind(str, enum.Enum):
     COORDINATOR_RESTORED = "coordinator_restored"
     # joining
     JOIN_FRESH = "join_fresh"
+    JOIN_SKIPPED = "join_skipped"  # its first round would be past the run's last
     JOIN_WITHOUT_HAND_OFF = "join_without_hand_off"
     JOIN_INITIALISED = "join_initialised"
     # delivery

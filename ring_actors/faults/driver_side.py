@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.faults.plan import FaultSection
+from ring_actors.faults.plan import FaultSection, within_run
 from ring_actors.storage.durable import write_atomic
 
 
@@ -101,9 +101,14 @@ def applied_by_events(
 
 
 def driver_faults_due(
-    plan: Sequence[FaultSection], ring_round: int, newest: int, applied: set[int]
+    plan: Sequence[FaultSection],
+    ring_round: int,
+    newest: int,
+    applied: set[int],
+    rounds: int | None = None,
 ) -> list[int]:
-    """Indices of the entries the driver applies that are due and not applied yet.
+    """Indices of the entries the driver applies that are due and not applied yet; none
+    past the end of a run of ``rounds`` rounds (announced as skipped at launch).
 
     Kills of nodes or the coordinator are due once every member has reached their round
     (``ring_round``). A join at round R is due once some member has finished round R - 2
@@ -111,6 +116,8 @@ def driver_faults_due(
     """
 
     def due(entry: FaultSection) -> bool:
+        if not within_run(entry, rounds):
+            return False
         if entry.join:
             return newest + 2 >= entry.at_round
         return bool(entry.kill_node or entry.kill_coordinator) and ring_round >= entry.at_round
@@ -124,6 +131,7 @@ def carry_out(
     ring_round: int,
     newest: int,
     applied: AppliedFaults,
+    rounds: int,
 ) -> None:
     """Apply the plan's driver-side entries now due, and finish a join that a driver killed
     between noting and admitting it left undone."""
@@ -131,7 +139,7 @@ def carry_out(
         missing = [c for c in clients if c not in actions.admitted]
         if missing:
             actions.admit(missing, plan[index].at_round)
-    for index in driver_faults_due(plan, ring_round, newest, set(applied.entries)):
+    for index in driver_faults_due(plan, ring_round, newest, set(applied.entries), rounds):
         entry = plan[index]
         joiners = actions.standby(entry.join) if entry.join else []
         applied.note(index, joiners)

@@ -55,3 +55,39 @@ class FaultSection:
         check(self.times >= 1, "faults[].times", "an int >= 1 (failed starts)", self.times)
         if self.fail_start:
             check(self.at_round == 0, "faults[].at_round", "0 for fail_start", self.at_round)
+
+
+def within_run(entry: FaultSection, rounds: int | None) -> bool:
+    """Whether ``entry`` can take effect in a run of ``rounds`` rounds (None: no end): one
+    at or past the end strikes nobody, and a joiner there would have no round to train."""
+    return rounds is None or entry.at_round < rounds
+
+
+def describe_entry(entry: FaultSection) -> str:
+    """One entry as a person reads it: ``round 2: crash client 1``."""
+    if entry.join:
+        what = f"join {entry.join} new client{'s' if entry.join > 1 else ''}"
+    elif entry.kill_coordinator:
+        what = "kill the coordinator"
+    else:
+        action = next(name for name in CLIENT_FAULT_ACTIONS if getattr(entry, name))
+        ids = getattr(entry, action)
+        what = f"{action.replace('_', ' ')} client{'s' if len(ids) > 1 else ''} "
+        what += ", ".join(str(c) for c in ids)
+        if entry.hang:
+            what += f" for {entry.for_s:g} s"
+        elif entry.slow:
+            what += f" by {entry.delay_s:g} s a round"
+        elif entry.fail_start:
+            what += f" ({entry.times} time{'s' if entry.times > 1 else ''})"
+    return f"round {entry.at_round}: {what}"
+
+
+def plan_lines(plan: tuple[FaultSection, ...], rounds: int) -> list[str]:
+    """The fault plan as the dry run and a run's first lines print it, each entry past the
+    run's end marked skipped: no fault runs that the user did not see announced."""
+    last = f"skipped: the run's last round is {rounds - 1}"
+    return [
+        describe_entry(entry) + ("" if within_run(entry, rounds) else f" ({last})")
+        for entry in plan
+    ]

@@ -11,6 +11,7 @@ import torch
 from ring_actors.client.method_factory import build_algorithm
 from ring_actors.config import Config, ConfigError, PartitionSection
 from ring_actors.data.sources import DATASETS, DatasetError, dataset_facts
+from ring_actors.faults.plan import plan_lines
 from ring_actors.models import BACKBONES
 from ring_actors.plugins.methods import PluginError, known_names, resolve_algorithm
 from ring_actors.preflight.admission import CONTROL_PLANE_GB, client_gb, need_gb, node_memory
@@ -56,7 +57,7 @@ def list_choices(paper_dir: Path) -> str:
 
 def describe_plan(config: Config) -> str:
     """Validate against this machine: the data, the placement, slots, memory, bytes per hop."""
-    data, clients = config.data, config.clients
+    data, clients, experiment = config.data, config.clients, config.experiment
     try:
         facts = dataset_facts(data.dataset, data.root, data.download)
     except DatasetError as err:  # a loader of one's own, run here for its facts
@@ -105,6 +106,7 @@ def describe_plan(config: Config) -> str:
                 for name, size in lap_bytes.items()
             ),
             *describe_heterogeneity(config),
+            "faults:    " + "; ".join(plan_lines(config.faults, experiment.rounds) or ["none"]),
         ]
     )
 

@@ -91,7 +91,7 @@ class Coordinator:
         actor: ray.actor.ActorHandle,
         node_id: str,
         first_round: int | None = None,
-    ) -> int:
+    ) -> int | None:
         return self.core.admit(client_id, RayClientHandle(actor), node_id, first_round)
 
     def rejoin(

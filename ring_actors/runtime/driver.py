@@ -22,6 +22,7 @@ from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition import ClientSplit
 from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import DatasetArrays, load_dataset
+from ring_actors.faults.plan import plan_lines
 from ring_actors.plugins.paths import is_plugin_path
 from ring_actors.preflight.admission import check_memory, node_memory
 from ring_actors.preflight.capacity import fits, shortfall
@@ -266,6 +267,8 @@ def describe_launch(experiment: Experiment) -> str:
             f"node {node_id[:8]}: clients {ids} ({facts.device}, "
             f"{facts.torch_threads} torch threads each)"
         )
+    faults = plan_lines(config.faults, config.experiment.rounds) or ["none"]
+    lines.append("faults:  " + "; ".join(faults))
     lines.append(f"outputs: {experiment.output_dir}")
     uri = redact_uri(resolve_tracking_uri(config.tracking.uri, Path.cwd()))
     lines.append(

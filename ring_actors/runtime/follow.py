@@ -79,7 +79,8 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
             if state.stopped:
                 shown.write(f"run stopped: {state.stopped}")
                 break
-            carry_out(experiment, config.faults, state.round, state.newest, applied)
+            rounds = config.experiment.rounds
+            carry_out(experiment, config.faults, state.round, state.newest, applied, rounds)
             if state.epoch != epoch and config.clients.max_restarts > 0:
                 experiment.quiet_restarted_clients()
             epoch = state.epoch

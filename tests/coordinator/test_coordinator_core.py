@@ -413,3 +413,20 @@ def test_a_joiner_is_handed_the_state_of_the_round_before_its_first_by_its_prede
     assert handles[after].handed_to == [(3, 1)]  # the state at the end of round 2 - 1
     assert handles[3].started == [(2, Joining(after))]
     assert all(not handles[c].handed_to for c in (0, 1, 2) if c != after)
+
+
+def test_a_joiner_that_can_have_no_round_is_not_admitted_and_holds_no_run_open(tmp_path):
+    """A run of 5 rounds whose members finished round 3: a joiner spliced in now would start
+    at round 5, past the last; admitted, it waited for a hand-off nobody sends."""
+    core, handles = make(tmp_path)
+    for client_id in range(3):
+        core.report_round(client_id, 3, {"loss": 1.0})
+    core.admit(3, handles[3], "node", first_round=4)
+    assert 3 not in core.table.members
+    assert handles[3].started == [] and all(not handles[c].handed_to for c in range(3))
+    skipped = [e for e in core.events if e["kind"] == EventKind.JOIN_SKIPPED]
+    assert [e["client"] for e in skipped] == [3]
+    for client_id in range(3):
+        core.report_round(client_id, 4, {"loss": 1.0})
+        core.report_done(client_id, 0, 0, 0)
+    assert core.progress().finished

@@ -7,7 +7,8 @@ import time
 
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.tracking import Tracker
-from tests.helpers.scripted_clients import make
+from ring_actors.delivery.event_kinds import EventKind
+from tests.helpers.scripted_clients import ScriptedClient, make
 
 DOWN_S = 1.0
 
@@ -34,3 +35,25 @@ def test_a_coordinator_restarted_mid_run_counts_its_downtime(tmp_path):
 def test_a_resumed_run_goes_on_from_where_its_clock_stopped(tmp_path):
     saved, restored = restarted_after_downtime(tmp_path, adopt_clients=False)
     assert saved <= restored < saved + DOWN_S / 2
+
+
+def test_a_resumed_run_restarts_the_loops_of_members_away_or_bypassed_as_hung(tmp_path):
+    """Client 1 offline (due back later) and client 2 bypassed as hung when the driver died:
+    each new actor's loop must start, or it never comes back and the run never ends."""
+    core, handles = make(tmp_path)
+    core.leave(1, 0, 40.0)
+    core.changes.mark_dead(2, EventKind.HANG, "overdue")
+    core.health.hung.add(2)
+    core.checkpoint(force=True)
+    fresh = {c: ScriptedClient(c) for c in range(3)}
+    resumed = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), fresh.get)
+    assert resumed.restore(adopt_clients=False)
+    for client_id, handle in fresh.items():
+        assert resumed.adopt(client_id, handle, "node")
+    resumed.resume_run()
+    assert [fresh[c].resumed for c in range(3)] == [1, 1, 1]
+    assert resumed.table.offline == [1]
+    assert fresh[1].views == [] and fresh[2].views == []  # in no view until back
+    resumed.come_back(1, 0)
+    resumed.report_round(2, 1, {"loss": 1.0})  # a late report splices it in again
+    assert sorted(resumed.table.live) == [0, 1, 2]

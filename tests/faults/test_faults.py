@@ -10,6 +10,7 @@ import pytest
 from ring_actors.config import FaultSection
 from ring_actors.faults.client_side import slow_delay
 from ring_actors.faults.driver_side import AppliedFaults, carry_out, driver_faults_due
+from ring_actors.faults.plan import plan_lines
 
 
 def entry(at_round: int, slow: tuple[int, ...], delay_s: float) -> FaultSection:
@@ -101,11 +102,11 @@ PLAN = (
 def test_a_resumed_driver_applies_only_the_entries_not_applied_before(tmp_path):
     path = tmp_path / "driver_faults.json"
     first = Driver(clients=4, admitted={0, 1, 2})
-    carry_out(first, PLAN, ring_round=3, newest=3, applied=AppliedFaults(path))
+    carry_out(first, PLAN, ring_round=3, newest=3, applied=AppliedFaults(path), rounds=10)
     assert first.did == [("admit", (3,), 2), ("kill_coordinator",)]
     # The resumed run's members: the joiner came back as one, not as standby.
     resumed = Driver(clients=4, admitted={0, 1, 2, 3})
-    carry_out(resumed, PLAN, ring_round=4, newest=4, applied=AppliedFaults.read(path))
+    carry_out(resumed, PLAN, ring_round=4, newest=4, applied=AppliedFaults.read(path), rounds=10)
     assert resumed.did == []
 
 
@@ -115,5 +116,15 @@ def test_a_join_noted_but_not_admitted_when_the_driver_died_is_finished_with_its
     path = tmp_path / "driver_faults.json"
     AppliedFaults(path).note(1, [3])  # the driver died before the coordinator admitted 3
     resumed = Driver(clients=5, admitted={0, 1, 2})
-    carry_out(resumed, PLAN, ring_round=2, newest=2, applied=AppliedFaults.read(path))
+    carry_out(resumed, PLAN, ring_round=2, newest=2, applied=AppliedFaults.read(path), rounds=10)
     assert resumed.did == [("admit", (3,), 2)]
+
+
+def test_entries_past_the_runs_last_round_are_never_due_and_are_announced():
+    """A 3-round run of the quickstart's plan: its join at round 4 can have no round."""
+    plan = (FaultSection(at_round=2, crash=(1,)), FaultSection(at_round=4, join=1))
+    assert driver_faults_due(plan, 2, 2, set(), rounds=3) == []
+    assert driver_faults_due(plan, 2, 2, set(), rounds=5) == [1]
+    lines = plan_lines(plan, rounds=3)
+    assert "round 2: crash client 1" in lines[0]
+    assert "skipped" in lines[1] and "round 4" in lines[1] and "last round is 2" in lines[1]

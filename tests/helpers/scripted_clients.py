@@ -19,6 +19,7 @@ class ScriptedClient:
         self.state = "alive"
         self.views: list = []
         self.started: list[tuple[int, object]] = []
+        self.resumed = 0  # calls to resume (a resumed run's loop from its checkpoint)
         self.handed_to: list[tuple[int, int]] = []  # (joiner, round)
 
     def _answer(self, value) -> Future:
@@ -42,6 +43,9 @@ class ScriptedClient:
 
     def start(self, first_round: int = 0, joining=None) -> None:
         self.started.append((first_round, joining))
+
+    def resume(self) -> None:
+        self.resumed += 1
 
     def hand_off(self, joiner: int, handle, round_: int) -> None:
         self.handed_to.append((joiner, round_))
