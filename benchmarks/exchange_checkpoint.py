@@ -19,9 +19,9 @@ import torch
 
 from benchmarks.exchange_lap import QuietControl
 from ring_actors.client.core import KEEP_ROUNDS, ClientCore
+from ring_actors.client.lap_host import LapResult
 from ring_actors.client.method_factory import build_algorithm
 from ring_actors.client.resources import ClientData
-from ring_actors.client.ring_lap import LapResult
 from ring_actors.config import config_from_dict
 from ring_actors.data.images import LabelledImages
 from ring_actors.delivery.view import View

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ring_actors.client.checkpoint import PushSpool
-from ring_actors.client.ring_lap import LapResult, RingLaps, is_lap
+from ring_actors.client.lap_host import LapResult, is_lap
+from ring_actors.client.ring_lap import RingLaps
 from ring_actors.client.state import Events, Membership, PayloadSpecs, Progress, Published
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.inbox import Inbox

@@ -55,7 +55,7 @@ from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
 
 if TYPE_CHECKING:
-    from ring_actors.client.ring_lap import LapHost
+    from ring_actors.client.lap_host import LapHost
 
 # Below this many bytes of contribution a lap goes round as one token: a chunk then saves
 # less time on the wire than its 2(N-1) hops' latency costs.

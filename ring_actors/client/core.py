@@ -26,9 +26,10 @@ from ring_actors.client.checkpoint import Checkpointing, PushSpool
 from ring_actors.client.chunked_lap import chunk_limit
 from ring_actors.client.exchange import Exchange
 from ring_actors.client.isolation_and_noise import ExchangeControl
+from ring_actors.client.lap_host import LapResult
 from ring_actors.client.method_factory import client_seed
 from ring_actors.client.resources import ClientData, SlotHolder, Ungated
-from ring_actors.client.ring_lap import LapResult, RingLaps
+from ring_actors.client.ring_lap import RingLaps
 from ring_actors.client.slot_release import (
     IdleRelease,
     accelerator_memory,

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import torch
 
-from ring_actors.client.ring_lap import LapResult
+from ring_actors.client.lap_host import LapResult
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
 from ring_actors.storage.state_files import remove_all_but, save_state

@@ -11,102 +11,17 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import replace
 
 import torch
 
 from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES, ChunkedLap, chunk_of, is_chunk
+from ring_actors.client.lap_arithmetic import accumulate, mismatch
+from ring_actors.client.lap_host import LapHost, LapResult, lap_leader
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.inbox import Inbox
-from ring_actors.delivery.payloads import LAP_CHANNELS, Channel, LapHeader, Payload
+from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
 from ring_actors.timeouts import Timeouts
-
-
-def mismatch(total: dict[str, torch.Tensor], contribution: dict[str, torch.Tensor]) -> str | None:
-    """The first key both hold with another shape or dtype (adding them would broadcast or
-    cast silently), described; None when they fit."""
-    for key, value in contribution.items():
-        held = total.get(key)
-        if held is not None and (held.shape, held.dtype) != (value.shape, value.dtype):
-            return (
-                f"{key!r} is {tuple(held.shape)} {held.dtype} in the token, "
-                f"{tuple(value.shape)} {value.dtype} here"
-            )
-    return None
-
-
-def accumulate(total: dict[str, torch.Tensor], contribution: dict[str, torch.Tensor]) -> None:
-    """Add ``contribution`` into ``total``'s tensors in place, on their device (a key not yet
-    in ``total`` is inserted, copied to host memory, where a token travels from), or change
-    nothing if it does not fit. Summing is what makes the lap exact (weights count only what
-    was added); inserting makes the same token an all-gather when contributors use disjoint
-    keys."""
-    wrong = mismatch(total, contribution)
-    if wrong is not None:
-        raise ValueError(f"lap contribution does not fit the total: {wrong}")
-    for key, value in contribution.items():
-        held, value = total.get(key), value.detach()
-        if held is None:
-            total[key] = value.to("cpu", copy=True)
-        elif held.is_contiguous() and not held.requires_grad:  # no element shares memory
-            held.add_(value.to(held.device))
-        else:
-            total[key] = held + value.to(held.device)
-
-
-def lap_checksum(total: dict[str, torch.Tensor]) -> float:
-    """One number that differs when two members applied different totals; linear, so a
-    total's is the sum of its contributions'. Summed with no copy, in each tensor's own type
-    (half types in float32, integers in int64), in float64 only past that type's range."""
-
-    def summed(t: torch.Tensor) -> float:
-        if t.is_floating_point():
-            value = float(t.sum(dtype=torch.float32 if t.element_size() < 4 else t.dtype))
-            return value if abs(value) < float("inf") else float(t.sum(dtype=torch.float64))
-        bounded = t.dtype == torch.bool or t.numel() == 0
-        fits = bounded or max(abs(int(v)) for v in torch.aminmax(t)) * t.numel() < 2**63
-        return float(t.sum(dtype=torch.int64 if fits else torch.float64))
-
-    return float(sum(summed(t) for t in total.values()))
-
-
-def is_lap(payload: Payload) -> bool:
-    return payload.channel in LAP_CHANNELS
-
-
-def lap_leader(view: View, round_: int) -> int | None:
-    """The member that starts the round's laps: it rotates, and is always one that trains."""
-    active = view.active(round_)
-    return active[round_ % len(active)] if active else None
-
-
-@dataclass(frozen=True)
-class LapResult:
-    total: dict[str, torch.Tensor]
-    contributors: tuple[int, ...]
-
-
-class LapHost(Protocol):
-    """What a lap needs from its client."""
-
-    id: int
-    inbox: Inbox
-
-    @property
-    def current_view(self) -> View: ...
-
-    def send(self, target: int, payload: Payload) -> None: ...
-
-    def tick(self) -> None: ...
-
-    def event(self, kind: EventKind, round_: int, detail: str) -> None: ...
-
-    def fetch_lap_result(self, leader: int, name: str, round_: int) -> LapResult | None: ...
-
-    def time_left(self) -> float:
-        """Seconds of the run's time budget left (inf without one)."""
 
 
 class RingLaps:

@@ -13,8 +13,9 @@ from typing import Protocol
 from ring_actors.algorithms import Algorithm
 from ring_actors.client.exchange import NonFiniteError
 from ring_actors.client.isolation_and_noise import ExchangeControl
+from ring_actors.client.lap_arithmetic import lap_checksum
 from ring_actors.client.resources import ClientData
-from ring_actors.client.ring_lap import RingLaps, lap_checksum
+from ring_actors.client.ring_lap import RingLaps
 from ring_actors.client.slot_release import IdleRelease
 from ring_actors.client.state import Events
 from ring_actors.delivery.event_kinds import EventKind

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from ring_actors.client.ring_lap import LapResult
+    from ring_actors.client.lap_host import LapResult
     from ring_actors.config import Config
     from ring_actors.data.partition import ClientSplit
     from ring_actors.data.sources import DatasetArrays

@@ -14,9 +14,9 @@ import torch
 from ring_actors.algorithms import ALGORITHMS
 from ring_actors.client.checkpoint import load_client_state
 from ring_actors.client.core import ClientCore
+from ring_actors.client.lap_host import LapResult
 from ring_actors.client.method_factory import build_algorithm
 from ring_actors.client.resources import ClientData
-from ring_actors.client.ring_lap import LapResult
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
 from ring_actors.delivery.view import View

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ring_actors.client.ring_lap import accumulate, lap_checksum
+from ring_actors.client.lap_arithmetic import accumulate, lap_checksum
 from ring_actors.models import build_backbone
 from tests.helpers.torch_calls import TensorsMade
 

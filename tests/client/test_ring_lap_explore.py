@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ring_actors.client.ring_lap import LapResult, lap_leader
+from ring_actors.client.lap_host import LapResult, lap_leader
 from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.delivery.view import View
 from tests.helpers.lap_sums import CHUNKED_SHAPE, LAP, ROUND, contribution, lap_value

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from ring_actors.client.core import ClientCore
+from ring_actors.client.lap_host import LapResult
 from ring_actors.client.method_factory import build_algorithm
 from ring_actors.client.resources import ClientData
-from ring_actors.client.ring_lap import LapResult
 from ring_actors.config import config_from_dict
 from ring_actors.delivery.outbox import NotKept
 from ring_actors.delivery.payloads import Payload

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ring_actors.client.ring_lap import accumulate
+from ring_actors.client.lap_arithmetic import accumulate
 from ring_actors.data.images import LabelledImages
 
 
