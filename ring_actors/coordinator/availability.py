@@ -18,9 +18,9 @@ from typing import Protocol
 
 from ring_actors.config import Config
 from ring_actors.coordinator.changes import RingChanges
-from ring_actors.coordinator.health import Health
-from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.roster import Roster
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import ClientHandle, Joining, Readmission
 from ring_actors.timeouts import Timeouts
@@ -39,10 +39,8 @@ class Availability:
     config: Config
     timeouts: Timeouts
     lock: threading.RLock
-    table: MembershipTable
-    handles: dict[int, ClientHandle]
+    roster: Roster
     find_client: Callable[[int], ClientHandle | None]
-    health: Health
     results: Results
     changes: RingChanges
     record: Checkpoints
@@ -58,13 +56,13 @@ class Availability:
         """A client goes offline for ``off_s``: out of the ring at once, not probed; it
         comes back itself."""
         with self.lock:
-            if client_id not in self.table.members or not self.table.is_live(client_id):
+            table = self.roster.table
+            if client_id not in table.members or not table.is_live(client_id):
                 return
             due_s = self.results.now() + off_s
             detail = f"for {off_s:.2f} s, due back at {due_s:.2f} s"
             self.changes.event(EventKind.OFFLINE, client_id, round_, detail, duration_s=off_s)
-            self.health.forget(client_id)  # a probe sent before it left must not write it off
-            self.table.go_offline(client_id, due_s)
+            self.roster.go_offline(client_id, due_s)
             self.changes.left_ring(client_id, True, EventKind.LEAVE, "offline")
 
     def come_back(self, client_id: int, round_: int) -> Readmission | None:
@@ -72,27 +70,23 @@ class Availability:
         first round the ring cannot have begun. One bypassed meanwhile (overdue) is spliced
         in as a restarted one is; one whose leave never arrived goes on where it is."""
         with self.lock:
-            member = self.table.members.get(client_id)
+            roster = self.roster
+            member = roster.table.members.get(client_id)
             if member is None:
                 return None
-            handle = self.handles.get(client_id) or self.find_client(client_id)
+            handle = roster.handles.get(client_id) or self.find_client(client_id)
             if handle is None:
                 return None
             if member.state == MemberState.DEAD:
                 node_id = member.node_id
             else:
-                self.handles[client_id] = handle
-                if member.state == MemberState.OFFLINE:
-                    first_round = self.changes.entry_round()
-                    self.table.come_back(client_id, first_round)
-                    self.health.heard(client_id)
+                first_round = self.changes.entry_round()
+                if roster.come_back(client_id, first_round, handle):
                     detail = f"back from offline, from round {first_round}"
                     self.changes.event(EventKind.REJOIN, client_id, first_round, detail)
                     self.record.checkpoint(force=True)
                     self.changes.broadcast()
-                view = self.table.view()
-                handles = {c: self.handles[c] for c in view.members}
-                return Readmission(member.first_round, None, view, handles)
+                return Readmission(member.first_round, None, *roster.view_with_handles())
         return self.rejoin(client_id, handle, node_id, round_)
 
     def rejoin(
@@ -103,17 +97,15 @@ class Availability:
         as a newcomer from its predecessor's hand-off. None when nobody is left to join.
         """
         with self.lock:
-            if self.table.is_live(client_id):  # back before the probes noticed it was gone
+            roster = self.roster
+            if roster.table.is_live(client_id):  # back before the probes noticed it was gone
                 self.changes.mark_dead(client_id, EventKind.CRASH, "restarted")
-            self.health.forget(client_id)
+            roster.health.forget(client_id)  # placed or not, its old process is gone
             after = self._place_for(client_id)
             if after is None:
                 return None
             first_round = self.changes.entry_round()
-            self.handles[client_id] = handle
-            self.table.members[client_id].node_id = node_id
-            self.table.revive(client_id, after, first_round)
-            self.health.heard(client_id)
+            roster.rejoin(client_id, handle, node_id, after, first_round)
             how = (
                 "as a new client" if checkpoint_round is None else f"from round {checkpoint_round}"
             )
@@ -123,9 +115,7 @@ class Availability:
             joining: Joining | None = None
             if checkpoint_round is None:
                 joining = self.changes.hand_off(after, client_id, first_round)
-            view = self.table.view()
-            handles = {c: self.handles[c] for c in view.members}
-            return Readmission(first_round, joining, view, handles)
+            return Readmission(first_round, joining, *roster.view_with_handles())
 
     def rejoin_hung(self, client_id: int) -> None:
         """A member bypassed as hung is back, with its private state: splice it in again
@@ -133,16 +123,16 @@ class Availability:
         after = self._place_for(client_id)
         if after is None:
             return
-        self.table.revive(client_id, after)
-        self.health.forget(client_id)
-        round_ = self.table.members[client_id].last_round
+        self.roster.revive(client_id, after)
+        round_ = self.roster.table.members[client_id].last_round
         self.changes.event(EventKind.REJOIN, client_id, round_, f"spliced in after {after}")
 
     def _place_for(self, client_id: int) -> int | None:
         """The (seeded) member a returning one is spliced in after: a live one, or with
         every member offline one due back; None when the run has nobody else."""
-        others = self.table.live or [c for c in self.table.remaining if c != client_id]
-        return random.Random(self.table.epoch).choice(others) if others else None
+        table = self.roster.table
+        others = table.live or [c for c in table.remaining if c != client_id]
+        return random.Random(table.epoch).choice(others) if others else None
 
     def watch(self) -> None:
         """Bypass members overdue from offline by the stall limit, as hung (a late report
@@ -150,16 +140,15 @@ class Availability:
         before the time budget ends."""
         if self.changes.stop_reason is not None:
             return
-        now, limit = self.results.now(), self.timeouts.stall_s
-        members = self.table.members
-        for client_id in self.table.offline:
+        now, limit, table = self.results.now(), self.timeouts.stall_s, self.roster.table
+        members = table.members
+        for client_id in table.offline:
             due_s = members[client_id].due_back_s or 0.0
             if now - due_s > limit:
                 detail = f"not back from offline: due at {due_s:.2f} s, {limit:g} s before"
                 self.changes.mark_dead(client_id, EventKind.HANG, detail)
-                self.health.hung.add(client_id)
-        away, budget = self.table.offline, self.config.experiment.time_budget_s
-        if self.table.live or not away or budget is None or self.changes.stop_reason is not None:
+        away, budget = table.offline, self.config.experiment.time_budget_s
+        if table.live or not away or budget is None or self.changes.stop_reason is not None:
             return
         first = min(away, key=lambda c: members[c].due_back_s or 0.0)
         due_s = members[first].due_back_s or 0.0

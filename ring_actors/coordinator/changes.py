@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass, field
 
 from ring_actors.config import Config
-from ring_actors.coordinator.health import Health
-from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.roster import Roster
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.transport import ClientHandle, Joining
+from ring_actors.delivery.transport import Joining
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +23,7 @@ class RingChanges:
     """The one writer of views, bypasses and the stop; callers hold the coordinator's lock."""
 
     config: Config
-    table: MembershipTable
-    handles: dict[int, ClientHandle]
-    health: Health
+    roster: Roster
     results: Results
     stop_reason: str | None = field(default=None, init=False)
     broadcast_epoch: int = field(default=-1, init=False)
@@ -33,14 +31,13 @@ class RingChanges:
     def event(
         self, kind: EventKind, client_id: int, round_: int, detail: str, **measured: float
     ) -> None:
-        self.results.event(kind, client_id, round_, self.table.epoch, detail, **measured)
+        self.results.event(kind, client_id, round_, self.roster.table.epoch, detail, **measured)
 
     def broadcast(self) -> None:
         """One view for everyone: neighbour sets are derived from it, per round, by each client."""
-        view = self.table.view()
-        handles = {c: self.handles[c] for c in view.members}
-        for client_id in view.members:
-            self.handles[client_id].set_view(view, handles)
+        view, handles = self.roster.view_with_handles()
+        for handle in handles.values():
+            handle.set_view(view, handles)
         self.broadcast_epoch = view.epoch
 
     def hand_off(self, donor: int | None, client_id: int, first_round: int) -> Joining:
@@ -49,7 +46,8 @@ class RingChanges:
         newcomers start fresh; what the newcomer waits for."""
         if donor is None or self.config.clients.join_start != "hand_off":
             return Joining(None)
-        self.handles[donor].hand_off(client_id, self.handles[client_id], first_round - 1)
+        handles = self.roster.handles
+        handles[donor].hand_off(client_id, handles[client_id], first_round - 1)
         return Joining(donor)
 
     def entry_round(self, wanted: int | None = None) -> int:
@@ -59,31 +57,28 @@ class RingChanges:
         n + 2 is safe: its lap needs every member to finish n + 1 first, and the new view
         reaches them long before.
         """
-        return max(wanted or 0, self.table.newest_trained + 2)
+        return max(wanted or 0, self.roster.table.newest_trained + 2)
 
     def mark_dead(self, client_id: int, cause: EventKind, detail: str) -> None:
-        """Bypass a member for good (unless it comes back itself); one offline leaves no ring."""
-        if self.table.members[client_id].state == MemberState.DEAD:
+        """Bypass a member for good (unless it comes back itself); one offline leaves no ring.
+        A member bypassed as hung (``HANG``: silent, not gone) may come back with a report."""
+        if self.roster.table.members[client_id].state == MemberState.DEAD:
             return
-        was_live = self.table.is_live(client_id)
-        self.table.mark(client_id, MemberState.DEAD)
+        was_live = self.roster.mark_dead(client_id, hung=cause == EventKind.HANG)
         self.left_ring(client_id, was_live, cause, detail)
 
     def left_ring(self, client_id: int, was_live: bool, cause: EventKind, detail: str) -> None:
         """The events of a member gone dead or offline; its event's latency is the time since
         it was last heard from (a bound on the detection latency: the fault came after its
         last sign of life). The run stops once no member is left, live or due back."""
-        member = self.table.members[client_id]
-        self.health.suspects.discard(client_id)
+        table = self.roster.table
+        member = table.members[client_id]
         silent = time.monotonic() - member.last_seen
         self.event(cause, client_id, member.last_round, detail, latency_s=silent)
-        live = self.table.live
         if was_live:
-            self.event(EventKind.BYPASS, client_id, member.last_round, f"ring now {live}")
-            if live:
-                newest = max(self.table.members[c].last_round for c in live)
-                self.health.bypassed(self.results.now(), newest + 1)
-        if not self.table.remaining:  # nobody left to train, report or be probed
+            self.event(EventKind.BYPASS, client_id, member.last_round, f"ring now {table.live}")
+            self.roster.bypass(self.results.now())
+        if not table.remaining:  # nobody left to train, report or be probed
             self.stop(
                 f"no client can go on: no live client left (the last, client "
                 f"{client_id}: {cause}, {detail})"

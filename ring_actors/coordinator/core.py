@@ -24,11 +24,12 @@ from ring_actors.coordinator.availability import Availability
 from ring_actors.coordinator.changes import RingChanges
 from ring_actors.coordinator.health import Health
 from ring_actors.coordinator.history import HistoryLog
-from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.coordinator.membership import MembershipTable
 from ring_actors.coordinator.outputs import RunOutputs
 from ring_actors.coordinator.progress import Progress, snapshot
 from ring_actors.coordinator.recovery import Recovery
 from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.roster import Roster
 from ring_actors.coordinator.tracking import Tracker
 from ring_actors.coordinator.watch import Watch
 from ring_actors.delivery.event_kinds import EventKind
@@ -42,9 +43,10 @@ log = logging.getLogger(__name__)
 class CoordinatorCore:
     """One writer of membership and results; ``reconcile`` is one non-blocking pass.
 
-    Composed of parts built here with what each uses: ``changes`` (views, bypasses, the
-    stop), ``watch`` (the reconcile steps that look at the members), ``recovery`` (its
-    record), ``availability`` (members away and back) and ``outputs`` (files and MLflow).
+    Composed of parts built here with what each uses: ``roster`` (the members: table,
+    handles, health), ``changes`` (views, bypasses, the stop), ``watch`` (the reconcile
+    steps that look at the members), ``recovery`` (its record), ``availability`` (members
+    away and back) and ``outputs`` (files and MLflow).
     """
 
     def __init__(
@@ -58,40 +60,37 @@ class CoordinatorCore:
         self.timeouts = timeouts = Timeouts.from_schedule(config.schedule)
         self.output_dir = output_dir
         self.tracker = tracker
-        self.table = table = MembershipTable()
-        self.handles: dict[int, ClientHandle] = {}
+        self.roster = roster = Roster()
         self.lock = lock = threading.RLock()
         folder = RunFolder(output_dir)
         self.results = results = Results(HistoryLog(folder.coordinator_history))
-        self.health = health = Health()
-        self.changes = changes = RingChanges(config, table, self.handles, health, results)
-        self.watch = Watch(config, timeouts, table, self.handles, health, results, tracker, changes)
+        self.changes = changes = RingChanges(config, roster, results)
+        self.watch = Watch(config, timeouts, roster, results, tracker, changes)
         self.recovery = Recovery(
             folder.coordinator_record,
             timeouts,
             lock,
-            table,
-            self.handles,
+            roster,
             find_client,
-            health,
             results,
             tracker,
             changes,
             reports=self,
         )
         self.availability = Availability(
-            config,
-            timeouts,
-            lock,
-            table,
-            self.handles,
-            find_client,
-            health,
-            results,
-            changes,
-            record=self.recovery,
+            config, timeouts, lock, roster, find_client, results, changes, record=self.recovery
         )
-        self.outputs = RunOutputs(config, output_dir, lock, table, results, tracker, changes)
+        self.outputs = RunOutputs(config, output_dir, lock, roster, results, tracker, changes)
+
+    @property
+    def table(self) -> MembershipTable:
+        """The membership table as the roster holds it now (a restore replaces it)."""
+        return self.roster.table
+
+    @property
+    def health(self) -> Health:
+        """The members' health records as the roster holds them now."""
+        return self.roster.health
 
     @property
     def stop_reason(self) -> str | None:
@@ -123,31 +122,25 @@ class CoordinatorCore:
 
     def register(self, client_id: int, handle: ClientHandle, node_id: str) -> None:
         with self.lock:
-            self.handles[client_id] = handle
-            self.table.add(client_id, node_id)
+            self.roster.register(client_id, handle, node_id)
 
     def adopt(self, client_id: int, handle: ClientHandle, node_id: str) -> bool:
         """A resumed run's new actor for a member the checkpoint knows; False if unknown."""
         with self.lock:
-            member = self.table.members.get(client_id)
-            if member is None:
-                return False
-            self.handles[client_id] = handle
-            member.node_id = node_id
-            return True
+            return self.roster.adopt(client_id, handle, node_id)
 
     def start_clients(self) -> None:
         """Push every member its first view, then start all round loops."""
         with self.lock:
             self.results.started_at = time.monotonic()
-            for client_id in self.table.live:
-                self.table.mark(client_id, MemberState.RUNNING)
-                self.health.heard(client_id)
+            roster = self.roster
+            for client_id in roster.table.live:
+                roster.start(client_id)
             self.watch.pace_of_members()  # the configured speeds, for the first view
             self.recovery.checkpoint(force=True)
             self.changes.broadcast()
-            for client_id in self.table.live:
-                self.handles[client_id].start()
+            for client_id in roster.table.live:
+                roster.handles[client_id].start()
 
     def admit(
         self, client_id: int, handle: ClientHandle, node_id: str, first_round: int | None = None
@@ -161,7 +154,8 @@ class CoordinatorCore:
         hold the run open, waiting for a hand-off nobody sends.
         """
         with self.lock:
-            if client_id in self.table.members:  # a retried admission changes nothing
+            roster = self.roster
+            if client_id in roster.table.members:  # a retried admission changes nothing
                 return self._predecessor(client_id)
             first_round = self.changes.entry_round(first_round)
             last = self.config.experiment.rounds - 1
@@ -170,30 +164,27 @@ class CoordinatorCore:
                 self.changes.event(EventKind.JOIN_SKIPPED, client_id, first_round, detail)
                 return None
             rng = random.Random(self.config.experiment.seed * 7919 + client_id)
-            after = self.table.place_for_joiner(rng)
-            self.handles[client_id] = handle
-            self.table.add(client_id, node_id, after=after, first_round=first_round)
-            self.table.mark(client_id, MemberState.RUNNING)
-            self.health.heard(client_id)
+            after = roster.table.place_for_joiner(rng)
+            roster.admit(client_id, handle, node_id, after, first_round)
             self.changes.event(EventKind.JOIN, client_id, first_round, f"spliced in after {after}")
             self.recovery.checkpoint(force=True)  # written before anyone acts on the new member
             self.changes.broadcast()
-            donor = self.table.donor_for(client_id)
+            donor = roster.table.donor_for(client_id)
             handle.start(first_round, self.changes.hand_off(donor, client_id, first_round))
             return after
 
     def _predecessor(self, client_id: int) -> int:
-        order = self.table.order
+        order = self.roster.table.order
         return order[order.index(client_id) - 1]
 
     def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
         with self.lock:
-            if client_id not in self.table.members:
+            roster = self.roster
+            if client_id not in roster.table.members:
                 return  # not a member of this run: nothing to record
-            if client_id in self.health.hung and not self.table.is_live(client_id):
+            if client_id in roster.health.hung and not roster.table.is_live(client_id):
                 self.availability.rejoin_hung(client_id)
-            self.table.seen(client_id, round_)
-            self.health.heard(client_id)
+            roster.reported(client_id, round_)
             if not self.results.has_round(client_id, round_):
                 self.watch.pace.record(client_id, metrics)
             self.tracker.add_metrics(self.results.record_round(client_id, round_, metrics), round_)
@@ -207,22 +198,23 @@ class CoordinatorCore:
     def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
         """A sender got no acknowledgement; the loop probes ``target`` before bypassing it."""
         with self.lock:
-            if target not in self.table.members:
+            members = self.roster.table.members
+            if target not in members:
                 return
             self.changes.event(
                 EventKind.UNREACHABLE,
                 target,
-                self.table.members[target].last_round,
+                members[target].last_round,
                 f"reported by {reporter} at epoch {epoch}",
             )
-            self.health.suspects.add(target)
+            self.roster.suspect(target)
 
     def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None:
         with self.lock:
-            if client_id not in self.table.members:
+            if client_id not in self.roster.table.members:
                 return
             self.results.done[client_id] = {"lost": lost, "hops": hops, "bytes_sent": bytes_sent}
-            self.table.mark(client_id, MemberState.DONE)
+            self.roster.finish(client_id)
 
     def report_failed(self, client_id: int, round_: int, error: str) -> None:
         """A client's round raised: record it with its traceback and apply the policy.
@@ -231,7 +223,7 @@ class CoordinatorCore:
         ring heals); ``stop`` ends the run. With no live member left, the run stops too.
         """
         with self.lock:
-            if client_id not in self.table.members:
+            if client_id not in self.roster.table.members:
                 return
             self.results.errors.append({"client": client_id, "round": round_, "error": error})
             summary = error.strip().splitlines()[-1] if error.strip() else "error"
@@ -244,11 +236,11 @@ class CoordinatorCore:
     def progress(self) -> Progress:
         with self.lock:
             rounds = self.config.experiment.rounds
-            return snapshot(self.table, self.results, rounds, self.changes.stop_reason)
+            return snapshot(self.roster.table, self.results, rounds, self.changes.stop_reason)
 
     def ring_order(self) -> list[int]:
         with self.lock:
-            return self.table.live
+            return self.roster.table.live
 
     # ---- reconcile ----------------------------------------------------------------------
 
@@ -278,7 +270,7 @@ class CoordinatorCore:
 
     def _reconcile_views(self) -> None:
         """Broadcast a new view only when the epoch moved (after checkpointing it)."""
-        if self.table.epoch != self.changes.broadcast_epoch:
+        if self.roster.table.epoch != self.changes.broadcast_epoch:
             self.recovery.checkpoint(force=True)
             self.changes.broadcast()
 

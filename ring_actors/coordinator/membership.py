@@ -182,10 +182,6 @@ class MembershipTable:
             table.members[member.client_id] = member
         return table
 
-    def load(self, record: dict[str, Any]) -> None:
-        """Take a checkpoint's table in place: every part holding this table sees it."""
-        vars(self).update(vars(MembershipTable.from_record(record)))
-
     def seen(self, client_id: int, round_: int | None = None) -> None:
         member = self.members[client_id]
         member.last_seen = time.monotonic()

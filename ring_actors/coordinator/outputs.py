@@ -11,9 +11,9 @@ from typing import Any
 
 from ring_actors.config import Config
 from ring_actors.coordinator.changes import RingChanges
-from ring_actors.coordinator.membership import MembershipTable
 from ring_actors.coordinator.output_files import write_outputs
 from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.roster import Roster
 from ring_actors.coordinator.run_summary import (
     RunFacts,
     draw_run_figures,
@@ -40,7 +40,7 @@ class RunOutputs:
     config: Config
     output_dir: Path
     lock: threading.RLock
-    table: MembershipTable
+    roster: Roster
     results: Results
     tracker: Tracker
     changes: RingChanges  # read for why the run stopped
@@ -136,17 +136,19 @@ class RunOutputs:
     def _rounds_completed(self) -> int:
         """The rounds every live member has finished; once none is left, the rounds the ring
         had finished when its last member went (the most any member finished)."""
-        members = self.table.members
-        if not self.table.live:
+        table = self.roster.table
+        members = table.members
+        if not table.live:
             return max((m.last_round + 1 for m in members.values()), default=0)
-        return min(members[c].last_round + 1 for c in self.table.live)
+        return min(members[c].last_round + 1 for c in table.live)
 
     def summary(self, wall_s: float) -> dict[str, Any]:
-        live = self.table.live
+        table = self.roster.table
+        live = table.live
         return summarise_run(
             self.config,
             RunFacts(
-                members=len(self.table.members),
+                members=len(table.members),
                 rounds_completed=self._rounds_completed(),
                 ring_order=live,
                 rows=self.results.rows,

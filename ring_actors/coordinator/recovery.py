@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Protocol
 
 from ring_actors.coordinator.changes import RingChanges
-from ring_actors.coordinator.health import Health
 from ring_actors.coordinator.history import read_history
-from ring_actors.coordinator.membership import MembershipTable, MemberState
+from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
 from ring_actors.coordinator.results import Results
+from ring_actors.coordinator.roster import Roster
 from ring_actors.coordinator.tracking import Tracker
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.journal import JournalEntry
@@ -41,11 +41,9 @@ class Recovery:
     checkpoint_path: Path
     timeouts: Timeouts
     lock: threading.RLock
-    table: MembershipTable
-    handles: dict[int, ClientHandle]
+    roster: Roster
     # a restarted coordinator finds its clients again
     find_client: Callable[[int], ClientHandle | None]
-    health: Health
     results: Results
     tracker: Tracker
     changes: RingChanges
@@ -58,13 +56,13 @@ class Recovery:
         if not force and time.monotonic() - self.saved_at < RECORD_EVERY_S:
             return
         self.saved_at = time.monotonic()
-        results = self.results
+        results, roster = self.results, self.roster
         results.history.flush()  # first: the record never runs ahead of the history
         write_record(
             self.checkpoint_path,
             CoordinatorRecord(
                 run_id=self.tracker.run_id,
-                table=self.table.to_record(),
+                table=roster.table.to_record(),
                 elapsed_s=results.now(),
                 rows=[],  # in the history log
                 events=[],
@@ -72,8 +70,8 @@ class Recovery:
                 rounds_logged=sorted(results.rounds_logged),
                 done=results.done,
                 errors=results.errors,
-                hung=sorted(self.health.hung),
-                healing=self.health.healing,
+                hung=sorted(roster.health.hung),
+                healing=roster.health.healing,
                 unsent_metrics=self.tracker.unsent(),
                 written_at=time.time(),
             ),
@@ -90,7 +88,8 @@ class Recovery:
         with self.lock:
             self.tracker.run_id = saved.run_id
             self.tracker.requeue(saved.unsent_metrics)
-            self.table.load(saved.table)
+            roster = self.roster
+            roster.restore(saved.table, saved.hung, saved.healing)
             results = self.results
             # Mid-run, the time it was down is the run's; a resumed run's downtime is not.
             down_s = time.time() - saved.written_at if adopt_clients and saved.written_at else 0
@@ -104,19 +103,17 @@ class Recovery:
                 results.by_round[round_].update(reports)
             results.rounds_logged = set(saved.rounds_logged)
             results.done, results.errors = saved.done, saved.errors
-            self.health.hung, self.health.healing = set(saved.hung), saved.healing
             if not adopt_clients:
                 return True
-            for client_id in self.table.live:
+            for client_id in roster.table.live:
                 handle = self.find_client(client_id)
                 if handle is None:  # gone while we were down
                     self.changes.mark_dead(
                         client_id, EventKind.CRASH, "gone while the coordinator was down"
                     )
                 else:
-                    self.handles[client_id] = handle
-                    self.health.heard(client_id)
-            journals = {c: self.handles[c].journal() for c in self.table.live}
+                    roster.reconnect(client_id, handle)
+            journals = {c: roster.handles[c].journal() for c in roster.table.live}
         self._replay_journals(journals)
         return True
 
@@ -129,44 +126,45 @@ class Recovery:
         back at once, from the round the ring cannot have begun; one bypassed as hung
         rejoins with its next report."""
         with self.lock:
-            unfinished = [c for c in self.table.order if c not in self.results.done]
-            running = [c for c in self.table.live if c in unfinished]
+            roster = self.roster
+            unfinished = [c for c in roster.table.order if c not in self.results.done]
+            running = [c for c in roster.table.live if c in unfinished]
             for client_id in running:
-                self.table.members[client_id].state = MemberState.RUNNING
-                self.health.heard(client_id)
+                roster.resume(client_id)
             away = [c for c in unfinished if self._away_with_a_loop(c)]
-            back = [c for c in self.table.offline if c in away and self._due_back(c)]
+            back = [c for c in roster.table.offline if c in away and self._due_back(c)]
             first_round = self.changes.entry_round()
             for client_id in back:
-                self.table.come_back(client_id, first_round)
-                self.health.heard(client_id)
+                roster.come_back(client_id, first_round)
                 detail = f"back from offline as the run resumed, from round {first_round}"
                 self.changes.event(EventKind.REJOIN, client_id, first_round, detail)
-            journals = {c: self.handles[c].journal() for c in running + away}
+            journals = {c: roster.handles[c].journal() for c in running + away}
         self._replay_journals(journals)
         with self.lock:
             detail = f"members {running}" + (f", away {away}" if away else "")
             self.changes.event(EventKind.RUN_RESUMED, -1, -1, detail)
             self.checkpoint(force=True)
             self.changes.broadcast()
+            handles = roster.handles
             for client_id in running:
-                self.handles[client_id].resume()
+                handles[client_id].resume()
             for client_id in away:
                 if client_id in back:
-                    self.handles[client_id].start(first_round)
+                    handles[client_id].start(first_round)
                 else:
-                    self.handles[client_id].resume()
+                    handles[client_id].resume()
 
     def _away_with_a_loop(self, client_id: int) -> bool:
         """Offline, or bypassed as hung, with an actor of this run to resume."""
-        state = self.table.members[client_id].state
+        roster = self.roster
+        state = roster.table.members[client_id].state
         away = state == MemberState.OFFLINE or (
-            state == MemberState.DEAD and client_id in self.health.hung
+            state == MemberState.DEAD and client_id in roster.health.hung
         )
-        return away and client_id in self.handles
+        return away and client_id in roster.handles
 
     def _due_back(self, client_id: int) -> bool:
-        return (self.table.members[client_id].due_back_s or 0.0) <= self.results.now()
+        return (self.roster.table.members[client_id].due_back_s or 0.0) <= self.results.now()
 
     def _replay_journals(self, journals: dict[int, Pending[list[dict]]]) -> None:
         """Apply what the clients reported while nobody recorded it."""

@@ -161,17 +161,6 @@ def test_an_offline_member_is_kept_in_the_record_and_can_die():
     assert restored.remaining == [0, 1, 3] and restored.offline == []
 
 
-def test_a_record_is_loaded_into_the_table_every_part_holds():
-    """The coordinator's parts hold one table; a restore must change that one, not a copy."""
-    saved = table()
-    saved.go_offline(2, due_back_s=1.5)
-    held = MembershipTable()
-    held.add(7)
-    held.load(saved.to_record())
-    assert held.order == [0, 1, 2, 3] and 7 not in held.members
-    assert held.offline == [2] and held.epoch == saved.epoch
-
-
 def test_a_joiners_donor_follows_ring_order_and_first_rounds_not_who_reported_first():
     """Reports reach the coordinator in any order: the donor must not depend on them, or a
     rerun of the same plan starts its joiner from another member's state."""

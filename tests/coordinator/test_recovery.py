@@ -43,7 +43,6 @@ def test_a_resumed_run_restarts_the_loops_of_members_away_or_bypassed_as_hung(tm
     core, handles = make(tmp_path)
     core.leave(1, 0, 40.0)
     core.changes.mark_dead(2, EventKind.HANG, "overdue")
-    core.health.hung.add(2)
     core.checkpoint(force=True)
     fresh = {c: ScriptedClient(c) for c in range(3)}
     resumed = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), fresh.get)
