@@ -25,6 +25,7 @@ from ring_actors.data.client_splits import global_test_set, split_for
 from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import load_dataset
 from ring_actors.delivery.payloads import Payload
+from ring_actors.delivery.rendezvous import LocalRendezvous
 from ring_actors.delivery.transport import ClientHandle, Joining, PeerGone
 from ring_actors.delivery.view import View
 from ring_actors.faults.driver_side import AppliedFaults, carry_out
@@ -129,12 +130,17 @@ class InProcessRing:
         tracker = Tracker("in-process", config.experiment.name, output_dir.name)
         self.coordinator = CoordinatorCore(config, output_dir, tracker)
         self.clients: dict[int, LocalClient] = {}
+        # Threads of one process gain nothing from a collective over TCP: the engine goes
+        # here only when asked for by name (``collective``), as the tests of it do.
+        asked = config.schedule.lap_engine == "collective"
+        rendezvous = LocalRendezvous() if asked else None
         for client_id, own in enumerate(data):
             device = own.train.x.device
             algorithm = build_algorithm(config, client_id, num_classes, input_shape, device)
             core = ClientCore(
-                client_id, config, algorithm, own, self.coordinator, run_clock=self._run_clock
-            )
+                client_id, config, algorithm, own, self.coordinator,
+                run_clock=self._run_clock, rendezvous=rendezvous,
+            )  # fmt: skip
             client = LocalClient(core)
             client.core.faults = client
             self.clients[client_id] = client

@@ -24,6 +24,7 @@ from ring_actors.client.answers import PeerAnswers
 from ring_actors.client.availability import Availability
 from ring_actors.client.checkpoint import Checkpointing, PushSpool
 from ring_actors.client.chunked_lap import chunk_limit
+from ring_actors.client.collective_lap import CollectiveLaps
 from ring_actors.client.exchange import Exchange
 from ring_actors.client.isolation_and_noise import ExchangeControl
 from ring_actors.client.lap_host import LapResult
@@ -45,6 +46,7 @@ from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.outbox import Outbox
 from ring_actors.delivery.payloads import Channel, Payload, detach_to_cpu
+from ring_actors.delivery.rendezvous import Rendezvous
 from ring_actors.delivery.transport import ClientHandle, ControlLink, Joining, PeerGone, Pending
 from ring_actors.delivery.view import View
 from ring_actors.delivery.wire import WirePayload
@@ -67,7 +69,8 @@ class ClientCore:
     Payload on one channel or another, sent through one acknowledged outbox.
     ``run_clock`` asks the coordinator how far the run is (``client/availability.py``);
     ``cores``, the CPUs the ring's members step on (the cluster's; None: this machine's),
-    decides which laps go in chunks (``schedule.chunked_laps``).
+    decides which laps go in chunks (``schedule.chunked_laps``); ``rendezvous``, where the
+    members of a lap's process group find each other (None: no collective engine).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class ClientCore:
         checkpoint_path: Path | None = None,
         run_clock: Callable[[], Pending[float]] | None = None,
         cores: int | None = None,
+        rendezvous: Rendezvous | None = None,
     ) -> None:
         self.id = client_id
         self.config = config
@@ -116,8 +120,12 @@ class ClientCore:
         self.inbox = Inbox()
         self.outbox = Outbox(self.timeouts, self.report_unreachable, self.event)
         ring_cores = cores or os.cpu_count() or 1
+        engine = None
+        if rendezvous is not None and config.schedule.lap_engine != "ring":
+            silent = config.schedule.lap_engine == "auto"
+            engine = CollectiveLaps(self, rendezvous, self.timeouts.lap_retry_s, silent)
         self.laps = RingLaps(
-            self, self.timeouts, chunk_limit(config.schedule.chunked_laps, ring_cores)
+            self, self.timeouts, chunk_limit(config.schedule.chunked_laps, ring_cores), engine
         )
         self.kept = PushSpool(client_id, checkpoint_path, self.inbox, config)
         self.answers = PeerAnswers(
@@ -189,6 +197,8 @@ class ClientCore:
 
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
         self.answers.set_view(view, handles)
+        if self.laps.engine is not None:  # the epoch's lap group forms while it trains
+            self.laps.engine.on_view(self.current_view)
 
     def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
         self.answers.hand_off(joiner, handle, round_)

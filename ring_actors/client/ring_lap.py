@@ -16,6 +16,7 @@ from dataclasses import replace
 import torch
 
 from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES, ChunkedLap, chunk_of, is_chunk
+from ring_actors.client.collective_lap import CollectiveLaps
 from ring_actors.client.lap_arithmetic import accumulate, mismatch
 from ring_actors.client.lap_host import LapHost, LapResult, lap_leader
 from ring_actors.delivery.event_kinds import EventKind
@@ -23,12 +24,21 @@ from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
 from ring_actors.timeouts import Timeouts
 
+ENGINE_ATTEMPT = -2  # a total the engine summed: it does not go round, unlike a token's (-1)
+
 
 class RingLaps:
     """One client's side of every lap: add and forward, lead and restart, keep results."""
 
-    def __init__(self, host: LapHost, timeouts: Timeouts, chunk_max_members: int) -> None:
+    def __init__(
+        self,
+        host: LapHost,
+        timeouts: Timeouts,
+        chunk_max_members: int,
+        engine: CollectiveLaps | None = None,
+    ) -> None:
         self.host = host
+        self.engine = engine  # a collective engine tried first (``schedule.lap_engine``)
         self.timeouts = timeouts
         self.results: dict[tuple[str, int], LapResult] = {}
         # Where each result came from, (leader, epoch, chunked attempt or -1 for a token),
@@ -130,6 +140,10 @@ class RingLaps:
         run's end.
         """
         host, key = self.host, (name, round_)
+        if self.engine is not None:
+            summed = self._by_engine(name, round_, contribution)
+            if summed is not None:
+                return summed
         started = time.monotonic()
         budget_s = max(0.0, host.time_left())
         deadline = started + min(self.timeouts.lap_give_up_s, budget_s)
@@ -228,6 +242,21 @@ class RingLaps:
                 0.25,
                 host.tick,
             )
+
+    def _by_engine(
+        self, name: str, round_: int, contribution: dict[str, torch.Tensor]
+    ) -> LapResult | None:
+        """The lap summed by the collective engine among the view's members, kept as any
+        total is (members a round behind fetch it, a token or chunk of a member that fell
+        back is answered with it); None: the ring lap goes."""
+        assert self.engine is not None
+        view = self.host.current_view
+        total = self.engine.run(name, round_, contribution, view, self.host.time_left())
+        if total is None:
+            return None
+        leader = lap_leader(view, round_)
+        origin = (-1 if leader is None else leader, view.epoch, ENGINE_ATTEMPT)
+        return self._keep((name, round_), LapResult(total, view.members), origin)
 
     def _keep(
         self, key: tuple[str, int], result: LapResult, origin: tuple[int, int, int]

@@ -235,6 +235,7 @@ class TopologySection:
 
 ExchangeMode = Literal["normal", "none", "noise"]
 ChunkedLaps = Literal["auto", "always", "never"]
+LapEngine = Literal["auto", "collective", "ring"]
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,12 @@ class ScheduleSection:
     # the cluster's CPUs: only members that step at once gain from the chunks, and where
     # they share cores the chunks' N-fold calls cost more than the token's bytes.
     chunked_laps: ChunkedLaps = "auto"
+    # Who sums a lap: ``collective``, torch.distributed's gloo all-reduce among the lap's
+    # members (one process group per membership epoch), falling back to the ring lap when a
+    # member fails inside it; ``ring``, the ring lap over actor calls; ``auto``, the
+    # collective where the members' contributions agree in layout, the ring lap otherwise
+    # (a GENE-FL cluster's keys of its own), with no event for that expected fallback.
+    lap_engine: LapEngine = "auto"
 
     def __post_init__(self) -> None:
         factor = self.straggler_factor

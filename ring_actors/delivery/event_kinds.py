@@ -55,6 +55,8 @@ class EventKind(str, enum.Enum):
     LAP_TOKEN_DROPPED = "lap_token_dropped"
     LAP_TOKEN_REFUSED = "lap_token_refused"  # its tensors would broadcast into ours
     LAP_FAILED = "lap_failed"
+    LAP_GROUP_FORMED = "lap_group_formed"  # the epoch's collective group, with its duration_s
+    LAP_ENGINE_FALLBACK = "lap_engine_fallback"  # the collective could not sum: the ring lap
 
     def __str__(self) -> str:
         return self.value
