@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ring_actors"
@@ -95,3 +100,57 @@ def test_no_test_module_imports_another():
         if (name == "tests" or name.startswith("tests.")) and not _shared_test_code(name)
     ]
     assert offenders == []
+
+
+def _modules_after(code: str) -> list[str]:
+    """The ``ring_actors`` modules a fresh interpreter holds after running ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('ring_actors'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_config_checks_load_neither_faults_nor_heterogeneity():
+    """Both packages check their sections with ``ring_actors.config.checks`` while the config
+    declares their sections: the checks must come without either package."""
+    loaded = _modules_after("import ring_actors.config.checks")
+    above = ("ring_actors.faults", "ring_actors.heterogeneity")
+    assert "ring_actors.config.checks" in loaded
+    assert [name for name in loaded if name.startswith(above)] == []
+
+
+# Builds a config with both sections and has one refused, after the modules imported first.
+USE_THE_CONFIG = """
+from ring_actors.config import *
+from ring_actors.config import ConfigError, config_from_dict
+config = config_from_dict(
+    {
+        "faults": [{"at_round": 1, "crash": [0]}],
+        "heterogeneity": {"compute": {"factors": [1.0, 2.0]}},
+    }
+)
+assert config.faults[0].crash == (0,) and config.heterogeneity.compute.factors == (1.0, 2.0)
+try:
+    config_from_dict({"faults": [{"at_round": -1, "crash": [0]}]})
+except ConfigError:
+    pass
+else:
+    raise AssertionError("a negative round passed the checks")
+"""
+
+
+@pytest.mark.parametrize("package", ["faults", "heterogeneity"])
+def test_faults_or_heterogeneity_imported_before_the_config_work(package):
+    """No import order is fixed anywhere: either package imported first, each of its modules,
+    then the config, builds and checks a config with both sections."""
+    modules = sorted(
+        f"ring_actors.{package}.{path.stem}" for path in (PACKAGE / package).glob("*.py")
+    )
+    first = "\n".join(f"import {name}".removesuffix(".__init__") for name in modules)
+    loaded = _modules_after(first + USE_THE_CONFIG)
+    assert "ring_actors.config.sections" in loaded

@@ -31,7 +31,3 @@ matrix or a link entry leaves the section's value::
 A trace's entries replace the drawn ones for the clients and links it names. FedScale's
 published device traces convert to this format (``ring_actors/heterogeneity/fedscale.py``).
 """
-
-# The sections are declared in the config, which imports them back from here: importing the
-# config first lets either side be imported first.
-import ring_actors.config  # noqa: F401, E402
