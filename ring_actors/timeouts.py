@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -12,6 +14,7 @@ LAP_FETCH_CAP_S = 5.0  # a lap result is a small call to one peer: never wait lo
 RESEND_CAP_S = 1.0  # a send to a peer being restarted is tried again at least this often
 RECONCILE_CAP_S = 0.2  # the coordinator's reconcile pass runs at least this often
 SLOT_LEASE_S = 10.0  # a compute slot not renewed this long goes back to its pool
+LINK_WAKE_CAP_S = 60.0  # the link scheduler looks at its next hop at least this often
 LAUNCH_PAUSE_CAP_S = 1.0  # between a failed client start and the next; the launch's poll
 TRACKING_CLOSE_S = 60.0  # the tracker's ``end`` retries MLflow this long, then writes a file
 TRACKING_REQUEST_S = 10  # one MLflow HTTP request's timeout (MLFLOW_HTTP_REQUEST_TIMEOUT)
@@ -42,10 +45,18 @@ class Timeouts:
     stall_s: float  # a member that finishes no round this long is hung (the run, if all are)
     reconcile_s: float  # the coordinator's reconcile loop sleeps this long between passes
     slot_lease_s: float  # a slot not renewed this long goes back to its pool
+    # A client waits this long for a compute slot, then computes without one: half the stall
+    # limit, so a pool that grants nothing never gets its waiting clients taken as hung.
+    slot_wait_s: float
     control_s: float  # the driver's call to the coordinator, answered under its lock
     # A client's call that waits for the coordinator's answer (leave, come back, rejoin, the
     # run's clock): a coordinator being restarted must not hold a client for good.
     client_control_s: float
+    # A client's call it cannot start without (the run's clock, a restarted client's rejoin)
+    # is asked again while unanswered: after control_retry_s, the pause doubling up to
+    # client_control_s, until control_give_up_s, as long as a coordinator may take to come back.
+    control_retry_s: float
+    control_give_up_s: float
     coordinator_back_s: float  # a coordinator unanswering this long is gone: the run ends
     finalize_s: float  # the driver's wait for the outputs, the tracker's close included
 
@@ -73,8 +84,11 @@ class Timeouts:
             stall_s=schedule.stall_hops * hop_s,
             reconcile_s=min(RECONCILE_CAP_S, schedule.heartbeat_s),
             slot_lease_s=SLOT_LEASE_S,
+            slot_wait_s=schedule.stall_hops * hop_s / 2,
             control_s=2 * hop_s,
             client_control_s=2 * hop_s,
+            control_retry_s=min(RESEND_CAP_S, hop_s / 4),
+            control_give_up_s=10 * hop_s,
             coordinator_back_s=10 * hop_s,
             finalize_s=2 * hop_s
             + LOOP_JOIN_S
@@ -83,6 +97,19 @@ class Timeouts:
             + TRACKING_REQUEST_S
             + 5,
         )
+
+    def control_attempts(self) -> Iterator[float]:
+        """The wait of each attempt at a client's call that is asked again while unanswered:
+        the first at once, each next after a pause, none begun past ``control_give_up_s``.
+        The caller stops at its first answer; the loop's end is the call given up."""
+        deadline = time.monotonic() + self.control_give_up_s
+        pause_s = self.control_retry_s
+        while True:
+            yield min(self.client_control_s, max(0.0, deadline - time.monotonic()))
+            if time.monotonic() + pause_s >= deadline:
+                return
+            time.sleep(pause_s)
+            pause_s = min(2 * pause_s, self.client_control_s)
 
 
 @dataclass(frozen=True)

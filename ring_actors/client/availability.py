@@ -1,10 +1,12 @@
 """A client's time budget, evaluation marks and off periods, on the run's clock.
 
 The coordinator starts the run's clock once; every client takes it as its round loop begins,
-a restarted one, a resumed one and a joiner included. The time budget and the off periods of
-the availability model (``heterogeneity``) are seconds of the run, not of the client's own
-loop: a client back from a restart gets no fresh budget and does not live its off periods
-again, and those over before its loop began are none of its own.
+a restarted one, a resumed one and a joiner included. A coordinator being restarted meanwhile
+leaves the call unanswered: it is asked again until ``timeouts.control_give_up_s``, then the
+client counts on from its own clock (since it was built), with one warning. The time budget
+and the off periods of the availability model (``heterogeneity``) are seconds of the run, not
+of the client's own loop: a client back from a restart gets no fresh budget and does not live
+its off periods again, and those over before its loop began are none of its own.
 
 An off period takes effect at the first round boundary at or after its start: the round in
 progress is not cut (its laps and pushes are what its peers wait for); the client leaves
@@ -72,14 +74,34 @@ class Availability:
     def take_run_clock(self) -> None:
         """Anchor this process's clock to the run's, and skip the off periods already over.
         A client with no coordinator to ask (alone, in a test) counts from now."""
-        elapsed_s = 0.0
-        if self.run_clock is not None:
-            elapsed_s = self.run_clock().result(self.timeouts.client_control_s)
-        self.run_started_at = time.monotonic() - elapsed_s
+        if self.run_clock is None:
+            self.run_started_at = time.monotonic()
+        else:
+            self.run_started_at = self._run_started_at(self.run_clock)
+        elapsed_s = self.run_s()
         periods = self.hetero.offline_periods(self.id)
         self.next_period = 0
         while self.next_period < len(periods) and periods[self.next_period][1] <= elapsed_s:
             self.next_period += 1
+
+    def _run_started_at(self, run_clock: Callable[[], Pending[float]]) -> float:
+        """When the run began, on this process's clock: by the coordinator's answer, asked
+        again while unanswered; past ``timeouts.control_give_up_s``, by this client's own."""
+        unanswered: BaseException | None = None
+        for wait_s in self.timeouts.control_attempts():
+            try:
+                return time.monotonic() - run_clock().result(wait_s)
+            except UNANSWERED as err:
+                unanswered = err
+        log.warning(
+            "client %d: the run's clock unanswered for %g s (%r); counting on from its own, "
+            "%.2f s of the run",
+            self.id,
+            self.timeouts.control_give_up_s,
+            unanswered,
+            self.run_s(),
+        )
+        return self.run_started_at
 
     def run_s(self) -> float:
         """Seconds of the run so far."""

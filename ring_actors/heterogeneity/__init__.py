@@ -16,8 +16,10 @@ client computes alike:
   in, keeps everything it holds, and takes its place again when it comes back.
 
 Trace file (JSON), every part optional; client ids are the run's: integers (as object keys,
-their decimal text such as "3"); every value a finite number (not true, not a string); null in a
-matrix or a link entry leaves the section's value::
+their decimal text such as "3"); every value a finite number (not true, not a string) within
+its bound (``trace_file.py``: a latency up to 600 s, a bandwidth from 1 byte/s, a speed factor
+up to 10,000, an off period ending within a year); null in a matrix or a link entry leaves the
+section's value::
 
     {
       "compute": {"0": 1.0, "5": 8.0},                      # speed factor per client

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ring_actors.heterogeneity.trace_file import MAX_RUN_CLOCK_S
+
 DEFAULT_HORIZON_S = 3600.0  # off periods are written up to this far into the run
 
 
@@ -87,8 +89,8 @@ def convert(
 ) -> dict[str, Any]:
     """A heterogeneity trace (the JSON format of ``ring_actors/heterogeneity/__init__.py``) for
     ``clients`` devices drawn with ``seed`` from those both files describe."""
-    if time_scale <= 0 or horizon_s <= 0:
-        raise ValueError("time_scale and horizon_s must be > 0")
+    if time_scale <= 0 or not 0 < horizon_s <= MAX_RUN_CLOCK_S:
+        raise ValueError(f"time_scale must be > 0 and horizon_s in (0, {MAX_RUN_CLOCK_S:g}]")
     pool = [c for c in capacity if behave is None or _can_be_online(behave.get(c))]
     if len(pool) < clients:
         raise ValueError(f"{clients} clients asked, {len(pool)} devices described")

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ring_actors.delivery.transport import ClientHandle, Pending
+from ring_actors.timeouts import LINK_WAKE_CAP_S
 
 if TYPE_CHECKING:
     from ring_actors.delivery.payloads import Payload
     from ring_actors.heterogeneity.model import Heterogeneity
 
+log = logging.getLogger(__name__)
 
-class _Deferred:
+
+class Deferred:
     """A call made when its link delivers it: until then, not done."""
 
     def __init__(self, call: Callable[[], Pending[Any]]) -> None:
@@ -26,6 +30,11 @@ class _Deferred:
 
     def fire(self) -> None:
         self.inner = self.call()
+        self.fired.set()
+
+    def fail(self, error: BaseException) -> None:
+        """Delivered as an error: the caller's ``result`` raises it."""
+        self.inner = _Raised(error)
         self.fired.set()
 
     def done(self) -> bool:
@@ -41,13 +50,18 @@ class _Deferred:
 
 
 class LinkScheduler:
-    """One thread per process that makes deferred calls when they fall due."""
+    """One thread per process that makes deferred calls when they fall due.
+
+    Every hop of the process waits on that thread, so nothing one hop brings may end it: a
+    wait is taken in steps of at most ``LINK_WAKE_CAP_S`` (a due time past any timer's range
+    is waited for, not raised on), and a call that fails is its caller's error.
+    """
 
     _instance: LinkScheduler | None = None
     _lock = threading.Lock()
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, _Deferred]] = []
+        self.heap: list[tuple[float, int, Deferred]] = []
         self.count = itertools.count()
         self.cond = threading.Condition()
         threading.Thread(target=self._run, name="link-scheduler", daemon=True).start()
@@ -59,23 +73,37 @@ class LinkScheduler:
                 cls._instance = LinkScheduler()
             return cls._instance
 
-    def at(self, due: float, deferred: _Deferred) -> None:
+    def at(self, due: float, deferred: Deferred) -> None:
         with self.cond:
             heapq.heappush(self.heap, (due, next(self.count), deferred))
             self.cond.notify()
 
     def _run(self) -> None:
         while True:
-            with self.cond:
-                while not self.heap or self.heap[0][0] > time.monotonic():
-                    wait = self.heap[0][0] - time.monotonic() if self.heap else None
-                    self.cond.wait(wait)
-                _, _, deferred = heapq.heappop(self.heap)
-            try:
-                deferred.fire()
-            except Exception:  # noqa: BLE001 - a failing call is the caller's to see
-                deferred.inner = _Raised(RuntimeError("the link could not deliver"))
-                deferred.fired.set()
+            _deliver(self._next_due())
+
+    def _next_due(self) -> Deferred:
+        with self.cond:
+            while not self.heap or self.heap[0][0] > time.monotonic():
+                self.cond.wait(self._wait_s())
+            return heapq.heappop(self.heap)[2]
+
+    def _wait_s(self) -> float | None:
+        """Until the first hop falls due, at most ``LINK_WAKE_CAP_S``; None: none queued."""
+        if not self.heap:
+            return None
+        return min(LINK_WAKE_CAP_S, max(0.0, self.heap[0][0] - time.monotonic()))
+
+
+def _deliver(deferred: Deferred) -> None:
+    """Make the call; one that raises is handed to its caller, never to the thread."""
+    try:
+        deferred.fire()
+    except Exception as err:  # noqa: BLE001 - a failing call is the caller's to see
+        log.warning("a link could not deliver a hop: %r", err)
+        failed = RuntimeError("the link could not deliver")
+        failed.__cause__ = err
+        deferred.fail(failed)
 
 
 class _Raised:
@@ -112,17 +140,17 @@ class LinkedHandle:
         self.lock = threading.Lock()
 
     def _due(self, nbytes: int) -> tuple[float, float]:
-        latency, bandwidth = self.model.link(self.sender, self.receiver)
+        latency, transfer_s = self.model.hop(self.sender, self.receiver, nbytes)
         now = time.monotonic()
         with self.lock:
-            sent = max(now, self.busy_until) + (nbytes / bandwidth if bandwidth else 0.0)
+            sent = max(now, self.busy_until) + transfer_s
             self.busy_until = sent
         return sent + latency, sent + latency - now
 
     def receive(self, payload: Payload) -> Pending[bool]:
         due, delay = self._due(payload.nbytes)
         self.report(payload, self.receiver, delay)
-        deferred = _Deferred(lambda: self.inner.receive(payload))
+        deferred = Deferred(lambda: self.inner.receive(payload))
         LinkScheduler.shared().at(due, deferred)
         return deferred
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ring_actors.delivery.transport import ClientHandle
 from ring_actors.heterogeneity.links import LinkedHandle
 from ring_actors.heterogeneity.section import HeterogeneitySection
-from ring_actors.heterogeneity.trace_file import Trace
+from ring_actors.heterogeneity.trace_file import MAX_COMPUTE_FACTOR, MAX_LINK_DELAY_S, Trace
 
 if TYPE_CHECKING:  # the coordinator reads this module without torch
     from ring_actors.delivery.payloads import Payload
@@ -68,7 +68,7 @@ class Heterogeneity:
             rng = random.Random(f"{self.seed}:compute")
             factors = [math.exp(compute.spread * abs(rng.gauss(0, 1))) for _ in range(total)]
             fastest = min(factors, default=1.0)
-            factors = [f / fastest for f in factors]
+            factors = [min(MAX_COMPUTE_FACTOR, f / fastest) for f in factors]
         for client, factor in enumerate(compute.factors[:total]):
             factors[client] = factor
         for client, factor in self.trace.compute.items():
@@ -84,7 +84,8 @@ class Heterogeneity:
         return (self.speed_factor(client) - 1.0) * max(0.0, compute_s)
 
     def link(self, sender: int, receiver: int) -> tuple[float, float | None]:
-        """(latency in s, bandwidth in bytes/s or None) of the directed link."""
+        """(latency in s, bandwidth in bytes/s or None) of the directed link; a drawn latency
+        at most MAX_LINK_DELAY_S."""
         links = self.section.links
         latency, bandwidth = links.latency_s, links.bandwidth_bytes_s
         if links.distribution == "lognormal":
@@ -93,12 +94,19 @@ class Heterogeneity:
             if bandwidth is not None:
                 bandwidth *= math.exp(links.spread * rng.gauss(0, 1))
         lat, bw = self.trace.links.get((sender, receiver), (None, None))
-        return (latency if lat is None else lat, bandwidth if bw is None else bw)
+        latency = min(MAX_LINK_DELAY_S, latency if lat is None else lat)
+        return (latency, bandwidth if bw is None else bw)
+
+    def hop(self, sender: int, receiver: int, nbytes: int) -> tuple[float, float]:
+        """(latency, ``B / bandwidth``) of a hop of ``nbytes`` on that link, each at most
+        MAX_LINK_DELAY_S: a drawn tail or a huge payload holds a hop a day, not for good."""
+        latency, bandwidth = self.link(sender, receiver)
+        transfer_s = nbytes / bandwidth if bandwidth else 0.0
+        return latency, min(MAX_LINK_DELAY_S, transfer_s)
 
     def hop_s(self, sender: int, receiver: int, nbytes: int) -> float:
-        """``latency + B / bandwidth`` on that link, queueing aside."""
-        latency, bandwidth = self.link(sender, receiver)
-        return latency + (nbytes / bandwidth if bandwidth else 0.0)
+        """``latency + B / bandwidth`` on that link, queueing aside; at most MAX_LINK_DELAY_S."""
+        return min(MAX_LINK_DELAY_S, sum(self.hop(sender, receiver, nbytes)))
 
     def offline_periods(self, client: int) -> Sequence[tuple[float, float]]:
         """The client's offline spans [from_s, to_s) in order, in seconds of the run: the

@@ -6,15 +6,24 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ring_actors.config.checks import ConfigError, check
-from ring_actors.heterogeneity.trace_file import Trace, read_trace
+from ring_actors.heterogeneity.trace_file import (
+    MAX_COMPUTE_FACTOR,
+    MAX_LATENCY_S,
+    MAX_RUN_CLOCK_S,
+    MIN_BANDWIDTH_BYTES_S,
+    Trace,
+    read_trace,
+)
 
 DISTRIBUTIONS = ("none", "lognormal")
 # A lognormal spread of 3 already puts about 140x between the fastest and the slowest tenth;
 # with it, exp(spread * z) stays finite for every z a draw can give (|z| < 9).
 MAX_SPREAD = 3.0
 # Off periods, and the spans online between them, average at least this long: one is applied
-# at a round boundary, so much shorter ones would only be recorded, each as an event.
+# at a round boundary, so much shorter ones would only be recorded, each as an event. They
+# average at most MAX_RUN_CLOCK_S (a year): the bounds of every value are in trace_file.py.
 MIN_MEAN_PERIOD_S = 0.1
+MEAN_PERIOD = f"a number in [{MIN_MEAN_PERIOD_S:g}, {MAX_RUN_CLOCK_S:g}] (seconds)"
 COMPUTE = "heterogeneity.compute"
 LINKS = "heterogeneity.links"
 AVAILABILITY = "heterogeneity.availability"
@@ -23,7 +32,8 @@ TRACE = "heterogeneity.trace"
 
 @dataclass(frozen=True)
 class ComputeSection:
-    """Speed factors: a fixed list by client id (clients past its end: 1), or drawn."""
+    """Speed factors: a fixed list by client id (clients past its end: 1), or drawn; at most
+    MAX_COMPUTE_FACTOR (a drawn one past it is capped there)."""
 
     factors: tuple[float, ...] = ()
     # lognormal: factor = exp(spread * |z|), z standard normal, seeded by experiment.seed;
@@ -32,8 +42,9 @@ class ComputeSection:
     spread: float = 1.0
 
     def __post_init__(self) -> None:
-        bad = [f for f in self.factors if not f >= 1]
-        check(not bad, f"{COMPUTE}.factors", "a list of numbers >= 1 (1 = full speed)", bad)
+        bad = [f for f in self.factors if not 1 <= f <= MAX_COMPUTE_FACTOR]
+        allowed = f"a list of numbers in [1, {MAX_COMPUTE_FACTOR:g}] (1 = full speed)"
+        check(not bad, f"{COMPUTE}.factors", allowed, bad)
         _check_spread(self.spread, f"{COMPUTE}.spread")
         check(
             self.distribution in DISTRIBUTIONS,
@@ -44,7 +55,8 @@ class ComputeSection:
 
 @dataclass(frozen=True)
 class LinksSection:
-    """Every directed link's latency and bandwidth; drawn links vary around these."""
+    """Every directed link's latency and bandwidth; drawn links vary around these. A hop is
+    never held longer than MAX_LINK_DELAY_S, however far a draw or a payload takes it."""
 
     latency_s: float = 0.0
     bandwidth_bytes_s: float | None = None  # null: no transfer time
@@ -53,12 +65,17 @@ class LinksSection:
     spread: float = 1.0
 
     def __post_init__(self) -> None:
-        check(self.latency_s >= 0, f"{LINKS}.latency_s", "a number >= 0", self.latency_s)
+        check(
+            0 <= self.latency_s <= MAX_LATENCY_S,
+            f"{LINKS}.latency_s",
+            f"a number in [0, {MAX_LATENCY_S:g}] (seconds)",
+            self.latency_s,
+        )
         bw = self.bandwidth_bytes_s
         check(
-            bw is None or bw > 0,
+            bw is None or bw >= MIN_BANDWIDTH_BYTES_S,
             f"{LINKS}.bandwidth_bytes_s",
-            "null or a number > 0",
+            f"null or a number >= {MIN_BANDWIDTH_BYTES_S:g} (bytes/s)",
             bw,
         )
         _check_spread(self.spread, f"{LINKS}.spread")
@@ -83,17 +100,22 @@ class AvailabilitySection:
     def __post_init__(self) -> None:
         on, off = self.mean_online_s, self.mean_offline_s
         check(
-            on is None or on >= MIN_MEAN_PERIOD_S,
+            on is None or _is_mean_period(on),
             f"{AVAILABILITY}.mean_online_s",
-            f"null or a number >= {MIN_MEAN_PERIOD_S} (seconds)",
+            f"null or {MEAN_PERIOD}",
             on,
         )
-        check(off >= 0, f"{AVAILABILITY}.mean_offline_s", "a number >= 0", off)
+        check(
+            0 <= off <= MAX_RUN_CLOCK_S,
+            f"{AVAILABILITY}.mean_offline_s",
+            f"a number in [0, {MAX_RUN_CLOCK_S:g}] (seconds)",
+            off,
+        )
         if on is not None:
             check(
-                off >= MIN_MEAN_PERIOD_S,
+                _is_mean_period(off),
                 f"{AVAILABILITY}.mean_offline_s",
-                f"a number >= {MIN_MEAN_PERIOD_S} (seconds) with mean_online_s",
+                f"{MEAN_PERIOD} with mean_online_s",
                 off,
             )
 
@@ -128,6 +150,10 @@ class HeterogeneitySection:
         for key, ids in named.items():
             bad = sorted({c for c in ids if not 0 <= c < total})
             check(not bad, key, f"client ids in [0, {total})", bad)
+
+
+def _is_mean_period(seconds: float) -> bool:
+    return MIN_MEAN_PERIOD_S <= seconds <= MAX_RUN_CLOCK_S
 
 
 def _check_spread(spread: float, key: str) -> None:

@@ -1,9 +1,9 @@
 """A heterogeneity trace file: per-client speeds, per-link latency and bandwidth, offline spans.
 
 Checked as strictly as the YAML config, since JSON lets through what YAML refuses: every number
-finite and a number (``true`` and ``"2"`` are not), every client id an integer (as an object
-key, its decimal text: ``"3"``). A null in a matrix or a link entry leaves that value as the
-section's.
+finite and a number (``true`` and ``"2"`` are not) within its bound below, every client id an
+integer (as an object key, its decimal text: ``"3"``). A null in a matrix or a link entry
+leaves that value as the section's.
 """
 
 from __future__ import annotations
@@ -16,12 +16,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The bounds of every value a run's heterogeneity may take, from the section or a trace file:
+# far past any real device, link or availability trace (FedScale's measured ones included),
+# so a value beyond one is a slip of units or digits, refused before anything starts. They
+# also keep every wait the link simulator and a client compute far inside what a timer takes
+# (``threading.TIMEOUT_MAX``, about 292 years).
+MAX_LATENCY_S = 600.0  # a link's latency: real ones (satellite, congested mobile) are seconds
+MIN_BANDWIDTH_BYTES_S = 1.0  # a link's bandwidth: 8 bit/s
+MAX_LINK_DELAY_S = 86_400.0  # a hop as computed (drawn latency, bytes over bandwidth): a day
+MAX_COMPUTE_FACTOR = 10_000.0  # a client's speed factor, traced, listed or drawn
+MAX_RUN_CLOCK_S = 365 * 86_400.0  # an off period's end, a drawn period's mean: a year of run
+
 PARTS = ("compute", "links", "latency_s", "bandwidth_bytes_s", "availability")
 LINK_VALUES: dict[str, tuple[str, Callable[[float], bool]]] = {
-    "latency_s": ("a finite number >= 0 (seconds) or null", lambda s: s >= 0),
-    "bandwidth_bytes_s": ("a finite number > 0 (bytes/s) or null", lambda b: b > 0),
+    "latency_s": (
+        f"a finite number in [0, {MAX_LATENCY_S:g}] (seconds) or null",
+        lambda s: 0 <= s <= MAX_LATENCY_S,
+    ),
+    "bandwidth_bytes_s": (
+        f"a finite number >= {MIN_BANDWIDTH_BYTES_S:g} (bytes/s) or null",
+        lambda b: b >= MIN_BANDWIDTH_BYTES_S,
+    ),
 }
-SPAN = "[from_s, to_s]: finite numbers with 0 <= from_s < to_s"
+FACTOR = f"a finite number in [1, {MAX_COMPUTE_FACTOR:g}] (1 = full speed)"
+SPAN = f"[from_s, to_s]: finite numbers with 0 <= from_s < to_s <= {MAX_RUN_CLOCK_S:g}"
 
 Link = tuple[int, int]
 
@@ -88,9 +106,12 @@ def _compute(data: dict[str, Any]) -> dict[int, float]:
     speeds = {}
     for client, factor in _part(data, "compute", dict).items():
         key = f"compute.{client}"
-        allowed = "a finite number >= 1 (1 = full speed)"
-        speeds[_client_key(client, key)] = _number(factor, key, allowed, lambda f: f >= 1)
+        speeds[_client_key(client, key)] = _number(factor, key, FACTOR, _is_factor)
     return speeds
+
+
+def _is_factor(factor: float) -> bool:
+    return 1 <= factor <= MAX_COMPUTE_FACTOR
 
 
 def _matrix_links(data: dict[str, Any]) -> dict[Link, tuple[float | None, float | None]]:
@@ -145,7 +166,7 @@ def _offline(data: dict[str, Any]) -> dict[int, list[tuple[float, float]]]:
             at = f"{key}[{i}]"
             _must(isinstance(span, list) and len(span) == 2, at, SPAN, span)
             start, end = (_number(t, at, SPAN) for t in span)
-            _must(0 <= start < end, at, SPAN, span)
+            _must(0 <= start < end <= MAX_RUN_CLOCK_S, at, SPAN, span)
             checked.append((start, end))
         offline[client_id] = sorted(checked)
     return offline

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 CONTROL_GROUP = "control"  # the coordinator's probes, apart from peers' receives
 CONCURRENCY_GROUPS = {CONTROL_GROUP: 2}
+# A call the coordinator did not answer, as ``client/availability.py`` takes it (not imported
+# from there: this module stays free of torch).
+UNANSWERED = (TimeoutError, PeerUnavailable, PeerGone)
 
 
 def pick_device(num_gpus: float) -> torch.device:
@@ -74,7 +77,7 @@ class BoundedControlLink(RayControlLink):
         Past ``timeout_s`` (or with the coordinator gone) the round goes on; the report stays
         in the client's journal, which a resumed client sends again."""
         call = self.actor.report_round.remote(client_id, round_, metrics)
-        with contextlib.suppress(TimeoutError, PeerUnavailable, PeerGone):
+        with contextlib.suppress(*UNANSWERED):
             RayPending(call).result(self.timeout_s)
 
     def leave(self, client_id: int, round_: int, off_s: float) -> None:
@@ -92,6 +95,29 @@ class BoundedControlLink(RayControlLink):
     def run_elapsed_s(self) -> RayPending:
         """How far the run is, by the coordinator's clock (the caller bounds the wait)."""
         return RayPending(self.actor.run_elapsed_s.remote())
+
+
+def rejoin_until_answered(
+    control: BoundedControlLink,
+    timeouts: Timeouts,
+    client_id: int,
+    handle: ClientHandle,
+    node_id: str,
+    checkpoint_round: int | None,
+) -> Readmission | None:
+    """A restarted client's rejoin, asked again while the coordinator does not answer (it
+    may be restarting too) until ``timeouts.control_give_up_s``. Past that the coordinator
+    is gone (the driver ends the run): the TimeoutError says so."""
+    unanswered: BaseException | None = None
+    for _ in timeouts.control_attempts():  # each attempt bounded by the link's own timeout
+        try:
+            return control.rejoin(client_id, handle, node_id, checkpoint_round)
+        except UNANSWERED as err:
+            unanswered = err
+    raise TimeoutError(
+        f"client {client_id}: the coordinator did not answer its rejoin in "
+        f"{timeouts.control_give_up_s:g} s"
+    ) from unanswered
 
 
 class ClientActor:
@@ -123,8 +149,8 @@ class ClientActor:
         limit = slot_limit(clients.concurrency, clients.slots_per_gpu, clients.num_gpus, node)
         torch.set_num_threads(threads_per_slot(limit, node))  # only slot holders compute
         device = pick_device(clients.num_gpus)
-        timeout_s = Timeouts.from_schedule(config.schedule).client_control_s
-        control = BoundedControlLink(coordinator, timeout_s)
+        timeouts = Timeouts.from_schedule(config.schedule)
+        control = BoundedControlLink(coordinator, timeouts.client_control_s)
         saves = clients.checkpoint or clients.max_restarts > 0
         checkpoint = RunFolder.checkpoint_in(Path(state_dir), client_id) if saves else None
         self.core = ClientCore(
@@ -133,7 +159,7 @@ class ClientActor:
             build_algorithm(config, client_id, dataset.num_classes, dataset.input_shape, device),
             client_data(dataset, split, global_test, device),
             control,
-            slots=Slots(pool_name(run_key, context.get_node_id()), client_id),
+            slots=Slots(pool_name(run_key, context.get_node_id()), client_id, timeouts.slot_wait_s),
             faults=ProcessFaults(),
             checkpoint_path=checkpoint,
             run_clock=control.run_elapsed_s,
@@ -144,7 +170,8 @@ class ClientActor:
         elif context.was_current_actor_reconstructed:
             restored = self.core.load_checkpoint()
             me = RayClientHandle(context.current_actor)
-            back = control.rejoin(client_id, me, context.get_node_id(), restored)
+            node_id = context.get_node_id()
+            back = rejoin_until_answered(control, timeouts, client_id, me, node_id, restored)
             if back is not None:  # started from the answer: no call to this process is lost
                 self.core.set_view(back.view, bounded(back.handles, self.core.max_payload_bytes))
                 self.core.start(back.first_round, back.joining)

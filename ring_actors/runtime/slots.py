@@ -7,7 +7,8 @@ grants the slots. It is an asyncio actor, so a waiting client costs no CPU (it b
 ``ray.get``), requests are served in the run's ``clients.slot_order`` (by default oldest round
 first, so sync and async rounds, laps and joins keep their order), and a holder's slot is a
 lease its client renews from a side thread: a holder that died or froze stops renewing and its
-slot is reclaimed, with no handle to the holder and no call to it.
+slot is reclaimed, with no handle to the holder and no call to it. A client waits for a slot
+``timeouts.slot_wait_s`` at most, then withdraws its request and computes without one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import ray
+from ray.exceptions import GetTimeoutError
 
 from ring_actors.runtime.ray_transport import CALLEE_DIED
 from ring_actors.runtime.worker_env import loaded_modules
@@ -105,8 +107,21 @@ class SlotPool:
         self._dispatch()
         if self.reaper is None:
             self.reaper = asyncio.get_running_loop().create_task(self._reclaim_expired())
-        await request.granted.wait()
+        try:
+            await request.granted.wait()
+        except asyncio.CancelledError:  # the client stopped waiting (``Slots.wait_s``)
+            self._withdraw(request)
+            raise
         return request.token
+
+    def _withdraw(self, request: _Request) -> None:
+        """A request given up: out of the queue, or its slot back if granted meanwhile."""
+        if request.granted.is_set():
+            self.held.pop(request.token, None)
+        else:
+            self.waiting = [r for r in self.waiting if r is not request]
+            heapq.heapify(self.waiting)
+        self._dispatch()
 
     def _key(self, client_id: int, round_: int) -> tuple[int, ...]:
         arrival = next(self.seq)
@@ -170,13 +185,18 @@ class Slots:
     """A client's side of its node's pool: ``with slots.hold(round_):`` around compute.
 
     Without a pool (a node the driver made none for) compute is not gated; if the pool dies
-    mid-run, the client keeps computing rather than stall the ring. While a slot is held, a
-    side thread renews its lease.
+    mid-run, or grants no slot within ``wait_s`` (``timeouts.slot_wait_s``), the client
+    computes without one rather than stall the ring: a pool that falls that far behind
+    is stuck, and the round's compute is better late than never. While a slot is held, a side
+    thread renews its lease.
     """
 
-    def __init__(self, name: str | None, client_id: int, lease_s: float = SLOT_LEASE_S) -> None:
+    def __init__(
+        self, name: str | None, client_id: int, wait_s: float, lease_s: float = SLOT_LEASE_S
+    ) -> None:
         self.name = name
         self.client_id = client_id
+        self.wait_s = wait_s
         self.lease_s = lease_s
         self.pool: ray.actor.ActorHandle | None = None
         self.waited_s = 0.0  # time spent waiting for slots, for the round's metrics
@@ -206,8 +226,19 @@ class Slots:
         if pool is None:
             return None
         started = time.monotonic()
+        call = pool.acquire.remote(self.client_id, round_)
         try:
-            return ray.get(pool.acquire.remote(self.client_id, round_))
+            return ray.get(call, timeout=self.wait_s)
+        except GetTimeoutError:
+            # Withdrawn: a slot granted as it is, unrenewed, goes back within a lease.
+            ray.cancel(call)
+            log.warning(
+                "client %d computes round %d without a slot: none granted in %g s",
+                self.client_id,
+                round_,
+                self.wait_s,
+            )
+            return None
         except CALLEE_DIED as err:
             log.warning("client %d computes without a slot: %r", self.client_id, err)
             self.name, self.pool = None, None  # the pool is gone: stop asking

@@ -12,7 +12,7 @@ import pytest
 from ring_actors.config import config_from_dict
 from ring_actors.heterogeneity.fedscale import convert, offline_spans, read_pickle
 from ring_actors.heterogeneity.model import Heterogeneity
-from ring_actors.heterogeneity.trace_file import read_trace
+from ring_actors.heterogeneity.trace_file import MAX_RUN_CLOCK_S, read_trace
 
 CAPACITY = {
     101: {"computation": 50.0, "communication": 8000.0},  # 1 MB/s
@@ -89,3 +89,10 @@ def test_a_pickle_that_is_not_plain_data_is_refused(tmp_path):
 def test_asking_for_more_clients_than_can_be_online_says_so():
     with pytest.raises(ValueError, match="3 clients asked, 2 devices described"):
         convert(CAPACITY, BEHAVE, clients=3)
+
+
+def test_a_horizon_past_the_bound_of_an_off_periods_end_is_refused():
+    """The trace it would write could not be read back: its off periods end past the bound."""
+    convert(CAPACITY, BEHAVE, clients=2, time_scale=1e5, horizon_s=MAX_RUN_CLOCK_S)
+    with pytest.raises(ValueError, match=r"horizon_s in \(0, 3\.1536e\+07\]"):
+        convert(CAPACITY, BEHAVE, clients=2, horizon_s=2 * MAX_RUN_CLOCK_S)

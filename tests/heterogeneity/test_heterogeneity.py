@@ -16,14 +16,22 @@ import torch
 
 from ring_actors.config import ConfigError, config_from_dict
 from ring_actors.delivery.payloads import Payload
-from ring_actors.heterogeneity.links import LinkedHandle
+from ring_actors.heterogeneity.links import Deferred, LinkedHandle, LinkScheduler
 from ring_actors.heterogeneity.model import Heterogeneity
 from ring_actors.heterogeneity.section import (
     MAX_SPREAD,
+    MIN_MEAN_PERIOD_S,
     AvailabilitySection,
     ComputeSection,
     HeterogeneitySection,
     LinksSection,
+)
+from ring_actors.heterogeneity.trace_file import (
+    MAX_COMPUTE_FACTOR,
+    MAX_LATENCY_S,
+    MAX_LINK_DELAY_S,
+    MAX_RUN_CLOCK_S,
+    MIN_BANDWIDTH_BYTES_S,
 )
 from tests.helpers.heterogeneous_ring import budgeted, events, ring
 
@@ -151,6 +159,57 @@ def test_a_wrong_value_names_its_key_before_anything_starts(section, key):
         config_from_dict({"clients": {"count": 8}, "heterogeneity": section})
 
 
+LATENCY_RANGE = f"heterogeneity.links.latency_s: must be a number in [0, {MAX_LATENCY_S:g}]"
+PERIOD_RANGE = f"a number in [{MIN_MEAN_PERIOD_S:g}, {MAX_RUN_CLOCK_S:g}] (seconds)"
+
+
+@pytest.mark.parametrize(
+    "section, refusal",
+    [
+        ({"links": {"latency_s": 1e10}}, LATENCY_RANGE),
+        ({"links": {"latency_s": 1e6, "distribution": "lognormal", "spread": 3}}, LATENCY_RANGE),
+        (
+            {"links": {"bandwidth_bytes_s": 1e-300}},
+            "heterogeneity.links.bandwidth_bytes_s: must be null or a number >= "
+            f"{MIN_BANDWIDTH_BYTES_S:g}",
+        ),
+        (
+            {"compute": {"factors": [2, 1e300]}},
+            f"heterogeneity.compute.factors: must be a list of numbers in [1, "
+            f"{MAX_COMPUTE_FACTOR:g}] (1 = full speed), got [1e+300]",
+        ),
+        (
+            {"availability": {"mean_online_s": 1e10, "mean_offline_s": 5}},
+            f"heterogeneity.availability.mean_online_s: must be null or {PERIOD_RANGE}",
+        ),
+        (
+            {"availability": {"mean_online_s": 5, "mean_offline_s": 1e10}},
+            "heterogeneity.availability.mean_offline_s: must be a number in "
+            f"[0, {MAX_RUN_CLOCK_S:g}] (seconds)",
+        ),
+    ],
+)
+def test_a_value_past_its_bound_is_refused_naming_the_key_and_the_range(section, refusal):
+    """Values no real federation has: a wait built from one would overflow a timer."""
+    with pytest.raises(ConfigError) as raised:
+        config_from_dict({"clients": {"count": 4}, "heterogeneity": section})
+    assert str(raised.value).startswith(refusal), raised.value
+
+
+def test_drawn_factors_and_computed_hops_stay_within_their_bounds():
+    """The widest draws' tails and a slow link's largest payloads are capped, not refused:
+    the config's values are all allowed."""
+    compute = ComputeSection(distribution="lognormal", spread=MAX_SPREAD)
+    links = LinksSection(
+        MAX_LATENCY_S, MIN_BANDWIDTH_BYTES_S, distribution="lognormal", spread=MAX_SPREAD
+    )
+    m = model(HeterogeneitySection(compute=compute, links=links), total=2000)
+    assert MAX_COMPUTE_FACTOR in m.factors and max(m.factors) == MAX_COMPUTE_FACTOR
+    hops = [m.hop_s(a, a + 1, 10**9) for a in range(200)]
+    assert max(hops) == MAX_LINK_DELAY_S and min(hops) > 0
+    assert all(0 < m.link(a, a + 1)[0] <= MAX_LINK_DELAY_S for a in range(2000 - 1))
+
+
 def test_a_trace_naming_an_unknown_client_is_refused(tmp_path):
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"availability": {"9": [[1, 2]]}}))
@@ -197,6 +256,36 @@ def test_a_slow_link_holds_each_hop_and_queues_the_next_behind_it():
     assert [target for target, _ in reported] == [1, 1]
     assert reported[0][1] == pytest.approx(0.2, abs=1e-3)  # as computed when it was sent
     assert 0.2 <= reported[1][1] <= 0.3 + 1e-3  # sent a moment later, due 0.1 s after the first
+
+
+def test_a_wait_past_any_timer_leaves_the_link_scheduler_delivering():
+    """A hop due in 1e10 s (past ``threading.TIMEOUT_MAX``) is waited for in bounded steps:
+    the one scheduler thread of the process stays up for every other hop."""
+    scheduler, peer = LinkScheduler(), Recorder()
+    tensors = {"w": torch.zeros(1)}
+    far = Deferred(lambda: peer.receive(Payload(0, 0, 0, 0, tensors)))
+    scheduler.at(time.monotonic() + 1e10, far)
+    time.sleep(0.1)  # the thread takes up the far hop's wait
+    near = Deferred(lambda: peer.receive(Payload(0, 1, 0, 1, tensors)))
+    scheduler.at(time.monotonic(), near)
+    assert near.result(2.0) is True
+    assert [r for r, _ in peer.arrivals] == [1] and not far.done()
+
+
+def test_a_hop_whose_delivery_raises_is_the_senders_error_and_the_next_is_delivered():
+    scheduler, peer = LinkScheduler(), Recorder()
+
+    def broken() -> Future[bool]:
+        raise ValueError("the receiver's handle is broken")
+
+    failed = Deferred(broken)
+    scheduler.at(time.monotonic(), failed)
+    with pytest.raises(RuntimeError, match="could not deliver") as raised:
+        failed.result(2.0)
+    assert isinstance(raised.value.__cause__, ValueError)
+    after = Deferred(lambda: peer.receive(Payload(0, 2, 0, 2, {"w": torch.zeros(1)})))
+    scheduler.at(time.monotonic(), after)
+    assert after.result(2.0) is True and [r for r, _ in peer.arrivals] == [2]
 
 
 @pytest.mark.slow

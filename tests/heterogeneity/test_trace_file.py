@@ -11,6 +11,12 @@ import pytest
 
 from ring_actors.config import ConfigError, config_from_dict
 from ring_actors.heterogeneity.model import Heterogeneity
+from ring_actors.heterogeneity.trace_file import (
+    MAX_COMPUTE_FACTOR,
+    MAX_LATENCY_S,
+    MAX_RUN_CLOCK_S,
+    MIN_BANDWIDTH_BYTES_S,
+)
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "heterogeneity_trace.json"
 
@@ -52,6 +58,15 @@ def load(path: Path, clients: int = 4):
         ('{"availability": {"3": [1, 2]}}', "availability.3[0]"),
         ('{"availability": {"3": {"from": 1}}}', "availability.3"),
         ('{"availability": [[1, 2]]}', "availability"),
+        ('{"availability": {"3": [[10.0, 1e10]]}}', "availability.3[0]"),
+        ('{"compute": {"0": 1e300}}', "compute.0"),
+        ('{"latency_s": [[0, 1e10], [0.1, 0]]}', "latency_s[0][1]"),
+        ('{"links": [{"from": 0, "to": 1, "latency_s": 1e6}]}', "links[0].latency_s"),
+        (
+            '{"links": [{"from": 0, "to": 1, "bandwidth_bytes_s": 1e-300}]}',
+            "links[0].bandwidth_bytes_s",
+        ),
+        ('{"bandwidth_bytes_s": [[0, 0.5], [1e6, 0]]}', "bandwidth_bytes_s[0][1]"),
     ],
 )
 def test_a_wrong_trace_entry_is_a_config_error_naming_the_entry_and_the_file(tmp_path, text, entry):
@@ -89,3 +104,38 @@ def test_a_trace_naming_a_client_past_the_run_names_the_part_and_the_file(tmp_pa
     expected = f"heterogeneity.trace: {path}: links: must be client ids in [0, 2)"
     with pytest.raises(ConfigError, match=re.escape(expected)):
         load(path, clients=2)
+
+
+@pytest.mark.parametrize(
+    "part, entry, allowed",
+    [
+        (
+            {"availability": {"3": [[10.0, 1e10]]}},
+            "availability.3[0]",
+            f"[from_s, to_s]: finite numbers with 0 <= from_s < to_s <= {MAX_RUN_CLOCK_S:g}",
+        ),
+        (
+            {"compute": {"0": 1e300}},
+            "compute.0",
+            f"a finite number in [1, {MAX_COMPUTE_FACTOR:g}] (1 = full speed)",
+        ),
+        (
+            {"links": [{"from": 0, "to": 1, "latency_s": 1e10}]},
+            "links[0].latency_s",
+            f"a finite number in [0, {MAX_LATENCY_S:g}] (seconds) or null",
+        ),
+        (
+            {"links": [{"from": 0, "to": 1, "bandwidth_bytes_s": 1e-300}]},
+            "links[0].bandwidth_bytes_s",
+            f"a finite number >= {MIN_BANDWIDTH_BYTES_S:g} (bytes/s) or null",
+        ),
+    ],
+)
+def test_a_trace_value_past_its_bound_names_the_file_the_field_and_the_range(
+    tmp_path, part, entry, allowed
+):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(part))
+    with pytest.raises(ConfigError) as raised:
+        load(path)
+    assert str(raised.value).startswith(f"heterogeneity.trace: {path}: {entry}: must be {allowed}")

@@ -1,19 +1,29 @@
-"""The client actor's probes answer on threads that peers' receives cannot take, and its
-round reports reach the coordinator before the round ends."""
+"""The client actor's probes answer on threads that peers' receives cannot take, its round
+reports reach the coordinator before the round ends, and a restarted client's rejoin rides out
+a coordinator that is restarting too."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+from ring_actors.config import ScheduleSection
+from ring_actors.delivery.transport import Readmission
+from ring_actors.delivery.view import View
 from ring_actors.runtime.client_actor import (
     CONCURRENCY_GROUPS,
     CONTROL_GROUP,
     BoundedControlLink,
     ClientActor,
+    rejoin_until_answered,
 )
 from ring_actors.runtime.experiment import CLIENT
+from ring_actors.timeouts import Timeouts
+
+# Each call bounded by 0.5 s, a rejoin asked again for 2.5 s.
+TIMEOUTS = Timeouts.from_schedule(ScheduleSection(hop_timeout_s=0.25))
 
 
 def test_ping_and_journal_run_in_a_group_of_their_own():
@@ -51,3 +61,47 @@ def test_a_rounds_report_is_held_by_the_coordinator_when_the_round_ends(ray_loca
     started = time.monotonic()
     BoundedControlLink(coordinator, timeout_s=1).report_round(2, 1, {"loss": 1.0})  # no raise
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.slow
+def test_a_restarted_clients_rejoin_is_asked_again_until_the_coordinator_answers(ray_local):
+    """The first rejoin reaches a coordinator still restoring its record (it answers late);
+    the client asks again rather than die in its constructor."""
+
+    @ray_local.remote
+    class RestartingCoordinator:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def rejoin(self, client_id, handle, node_id, checkpoint_round) -> Readmission:
+            self.asked += 1
+            if self.asked == 1:
+                time.sleep(5.0)
+            return Readmission(checkpoint_round + 1, None, View(4, (client_id,), (0,)), {})
+
+        def times_asked(self) -> int:
+            return self.asked
+
+    coordinator = RestartingCoordinator.options(max_concurrency=4).remote()
+    control = BoundedControlLink(coordinator, TIMEOUTS.client_control_s)
+    back = rejoin_until_answered(control, TIMEOUTS, 3, None, "node", 7)
+    assert back is not None and back.first_round == 8 and back.view.epoch == 4
+    assert ray_local.get(coordinator.times_asked.remote()) == 2
+    ray_local.kill(coordinator)
+
+
+@pytest.mark.slow
+def test_a_rejoin_never_answered_ends_at_its_deadline_naming_it(ray_local):
+    @ray_local.remote
+    class Gone:
+        def rejoin(self, *args) -> None:
+            threading.Event().wait()
+
+    coordinator = Gone.options(max_concurrency=8).remote()
+    control = BoundedControlLink(coordinator, TIMEOUTS.client_control_s)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not answer its rejoin in 2.5 s"):
+        rejoin_until_answered(control, TIMEOUTS, 3, None, "node", 7)
+    took, give_up = time.monotonic() - started, TIMEOUTS.control_give_up_s
+    assert give_up - TIMEOUTS.client_control_s <= took < give_up + 3  # the last pause aside
+    ray_local.kill(coordinator)

@@ -1,5 +1,6 @@
 """Compute slots on a real Ray: the limit holds, the oldest round goes first, a dead holder's
-slot comes back, and rings whose laps and joins need more clients than slots still finish."""
+slot comes back, a slot not granted in time is given up, and rings whose laps and joins need
+more clients than slots still finish."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class Holder:
     """Takes a slot through a client's ``Slots`` and keeps it, as a long training step does."""
 
     def take(self, pool_name: str, lease_s: float) -> None:
-        self.slots = Slots(pool_name, 99, lease_s)
+        self.slots = Slots(pool_name, 99, wait_s=60.0, lease_s=lease_s)
         self.held = self.slots.hold(0)
         self.held.__enter__()
 
@@ -81,6 +82,26 @@ def test_a_restarted_client_asking_again_replaces_its_old_slot(ray_local):
     ray.get(pool.acquire.remote(7, 3))
     assert ray.wait([pool.acquire.remote(7, 3)], timeout=5.0)[0]
     assert ray.get(pool.status.remote())["held"] == 1
+    ray.kill(pool)
+
+
+@pytest.mark.slow
+def test_a_slot_not_granted_in_time_is_computed_without_and_the_request_withdrawn(ray_local):
+    """A pool that grants nothing (its one slot held for good) holds no client past its
+    wait: the client computes without a slot, and the pool does not grant it one later."""
+    pool = POOL.options(name="slots-held-for-good").remote(1)
+    holder = Holder.remote()
+    ray.get(holder.take.remote("slots-held-for-good", 10.0))
+    slots = Slots("slots-held-for-good", 5, wait_s=1.0)
+    with slots.hold(0):
+        assert slots.token is None  # computing, without a slot
+    assert 1.0 <= slots.waited_s < 5.0
+    deadline = time.monotonic() + 5.0
+    while ray.get(pool.status.remote())["waiting"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status = ray.get(pool.status.remote())
+    assert status["waiting"] == 0 and status["held"] == 1 and status["granted"] == 1
+    ray.kill(holder)
     ray.kill(pool)
 
 
