@@ -414,7 +414,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     if "in process" in args.where:
                         keep(laps_in_process(backbone, members, args.repeats, kind))
                     if "ray" in args.where:
-                        keep(laps_on_ray(backbone, members, args.repeats, kind))
+                        for row in laps_on_ray(backbone, members, args.repeats, kind):
+                            keep(row)
         finally:
             ray.shutdown()
     if "merge" in args.parts:

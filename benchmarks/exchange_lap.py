@@ -17,11 +17,14 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+import uuid
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
 import ray
 import torch
+import torch.distributed as dist
 
 from ring_actors.client.core import ClientCore
 from ring_actors.client.method_factory import build_algorithm
@@ -29,16 +32,24 @@ from ring_actors.client.resources import ClientData
 from ring_actors.config import Config, config_from_dict
 from ring_actors.data.images import LabelledImages
 from ring_actors.delivery.payload_checks import HEADROOM_BYTES
+from ring_actors.delivery.rendezvous import LocalRendezvous, Rendezvous
 from ring_actors.delivery.view import View
 from ring_actors.in_process import LocalClient, LocalHandle
 from ring_actors.models import build_backbone
+from ring_actors.runtime.ray_rendezvous import RayRendezvous
 from ring_actors.runtime.ray_transport import RayClientHandle
 
 MIB = 2**20
 SHAPE, CLASSES = (3, 32, 32), 10  # CIFAR-10, as benchmarks/hop.py
 LAP = "exchange"
 CORE_SHAPE = (1, 28, 28)  # the cores' own method: its model is not what the lap carries
-LAP_KINDS = {"chunks": "always", "token": "never"}  # a row's kind: its schedule.chunked_laps
+# A row's kind: its schedule (chunked_laps, lap_engine); "engine" is torch.distributed's gloo
+# all-reduce among the same members, timed beside a bare all-reduce of the same bytes.
+LAP_KINDS = {
+    "chunks": {"chunked_laps": "always", "lap_engine": "ring"},
+    "token": {"chunked_laps": "never", "lap_engine": "ring"},
+    "engine": {"chunked_laps": "never", "lap_engine": "collective"},
+}
 
 
 def timed_ms(call: Any) -> float:
@@ -72,20 +83,17 @@ def core_config(members: int, state_bytes: int, kind: str) -> Config:
             "experiment": {"rounds": 10**6},
             "clients": {"count": members},
             "algorithm": {"name": "fedavg"},
-            "schedule": {
-                "hop_timeout_s": 120,
-                "max_payload_bytes": limit,
-                "chunked_laps": LAP_KINDS[kind],
-            },
+            "schedule": {"hop_timeout_s": 120, "max_payload_bytes": limit, **LAP_KINDS[kind]},
         }
     )
 
 
-def make_core(config: Config, member: int) -> ClientCore:
+def make_core(config: Config, member: int, rendezvous: Rendezvous | None = None) -> ClientCore:
     x, y = np.zeros((4, *CORE_SHAPE), np.uint8), np.arange(4) % 2
     images = LabelledImages.from_arrays(x, y, (0.5,), (0.5,))
     method = build_algorithm(config, member, 2, CORE_SHAPE, torch.device("cpu"))
-    return ClientCore(member, config, method, ClientData(images, images, images), QuietControl())
+    data = ClientData(images, images, images)
+    return ClientCore(member, config, method, data, QuietControl(), rendezvous=rendezvous)
 
 
 def ring_view(members: int) -> View:
@@ -100,7 +108,8 @@ def lap_span(spans: list[tuple[float, float, bool]]) -> tuple[float, bool]:
 def laps_in_process(backbone: str, members: int, repeats: int, kind: str) -> dict[str, Any]:
     state = state_of(backbone)
     nbytes = sum(v.numel() * v.element_size() for v in state.values())
-    cores = [make_core(core_config(members, nbytes, kind), m) for m in range(members)]
+    rendezvous = LocalRendezvous()
+    cores = [make_core(core_config(members, nbytes, kind), m, rendezvous) for m in range(members)]
     clients = [LocalClient(core) for core in cores]
     for core in cores:
         peers = {c.core.id: LocalHandle(c) for c in clients if c.core is not core}
@@ -137,11 +146,46 @@ def laps_in_process(backbone: str, members: int, repeats: int, kind: str) -> dic
 class LapMember:
     """One client core on a Ray actor, answering its peers as a client actor does."""
 
-    def __init__(self, member: int, members: int, backbone: str, kind: str) -> None:
+    def __init__(self, member: int, members: int, backbone: str, kind: str, run: str) -> None:
         torch.set_num_threads(1)
         self.state = state_of(backbone)
-        nbytes = sum(v.numel() * v.element_size() for v in self.state.values())
-        self.core = make_core(core_config(members, nbytes, kind), member)
+        self.nbytes = sum(v.numel() * v.element_size() for v in self.state.values())
+        self.member, self.members = member, members
+        self.rendezvous = RayRendezvous(run)
+        self.core = make_core(core_config(members, self.nbytes, kind), member, self.rendezvous)
+        self.bare_group: Any = None
+
+    def ready(self, epoch: int) -> bool:
+        """Whether the engine's group of ``epoch`` formed (or none is wanted)."""
+        engine = self.core.laps.engine
+        if engine is None:
+            return True
+        group = engine.groups.get(epoch)
+        return group is not None and group.ready.wait(60) and group.broken is None
+
+    def join_bare(self) -> None:
+        """A plain gloo group among the same processes, through the same rendezvous."""
+        timeout = timedelta(seconds=120)
+        key, host = "bare", self.rendezvous.host
+        if self.member == 0:
+            store = dist.TCPStore(host, 0, None, True, timeout, wait_for_workers=False)
+            self.rendezvous.publish(key, f"{host}:{store.port}")
+        else:
+            address = self.rendezvous.lookup(key, 120)
+            assert address is not None, "the bare group's store was never published"
+            name, port = address.rsplit(":", 1)
+            store = dist.TCPStore(name, int(port), None, False, timeout)
+        self.bare_group = (dist.ProcessGroupGloo(store, self.member, self.members, timeout), store)
+
+    def bare(self, data: np.ndarray) -> int:
+        return int(data.size)
+
+    def bare_all_reduce(self) -> tuple[float, float, bool]:
+        """torch.distributed's own all-reduce of one float32 buffer of the state's bytes."""
+        buffer = torch.ones(self.nbytes // 4, dtype=torch.float32)
+        started = time.monotonic()
+        self.bare_group[0].allreduce([buffer]).wait()
+        return started, time.monotonic(), True
 
     def set_view(self, view: View, handles: dict) -> None:
         self.core.set_view(view, handles)
@@ -155,9 +199,6 @@ class LapMember:
     def ping(self) -> int:
         return self.core.ping()
 
-    def bare(self, data: np.ndarray) -> int:
-        return int(data.size)
-
     def lap(self, round_: int) -> tuple[float, float, bool]:
         started = time.monotonic()
         total = self.core.laps.run(LAP, round_, self.state)
@@ -166,16 +207,27 @@ class LapMember:
         return started, ended, total is not None
 
 
-def laps_on_ray(backbone: str, members: int, repeats: int, kind: str) -> dict[str, Any]:
-    actors = [LapMember.remote(m, members, backbone, kind) for m in range(members)]
+def laps_on_ray(backbone: str, members: int, repeats: int, kind: str) -> list[dict[str, Any]]:
+    """The lap's row; for the engine, a row of the bare all-reduce among the same actors
+    too, the two alternating round by round."""
+    run = uuid.uuid4().hex[:8]
+    actors = [LapMember.remote(m, members, backbone, kind, run) for m in range(members)]
     handles = {m: RayClientHandle(actor) for m, actor in enumerate(actors)}
     ray.get([a.set_view.remote(ring_view(members), handles) for a in actors])
-    laps, finished = [], True
+    assert all(ray.get([a.ready.remote(1) for a in actors])), "the engine's group did not form"
+    engine = kind == "engine"
+    if engine:
+        ray.get([a.join_bare.remote() for a in actors])
+    laps, bare, finished = [], [], True
     for round_ in range(repeats + 1):
         lap_ms, done = lap_span(ray.get([a.lap.remote(round_) for a in actors]))
+        if engine:
+            bare_ms, _ = lap_span(ray.get([a.bare_all_reduce.remote() for a in actors]))
         if round_:
             laps.append(lap_ms)
             finished &= done
+            if engine:
+                bare.append(bare_ms)
     nbytes = sum(v.numel() * v.element_size() for v in state_of(backbone).values())
     rtt = [timed_ms(lambda: ray.get(actors[-1].ping.remote())) for _ in range(20)]
     data = np.zeros(nbytes, np.uint8)
@@ -183,7 +235,10 @@ def laps_on_ray(backbone: str, members: int, repeats: int, kind: str) -> dict[st
     for actor in actors:
         ray.kill(actor)
     moved = [max(t - statistics.median(rtt), 1e-3) for t in put_get]
-    return _lap_row("ray", kind, backbone, members, nbytes, laps, finished, rtt, moved)
+    rows = [_lap_row("ray", kind, backbone, members, nbytes, laps, finished, rtt, moved)]
+    if engine:
+        rows.append(_lap_row("ray", "bare", backbone, members, nbytes, bare, True, rtt, moved))
+    return rows
 
 
 def _lap_row(

@@ -26,6 +26,7 @@ from ring_actors.runtime.ray_transport import (
     RayPending,
     bounded,
 )
+from ring_actors.runtime.ray_rendezvous import RayRendezvous
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
 from ring_actors.runtime.worker_env import loaded_modules
@@ -164,6 +165,7 @@ class ClientActor:
             checkpoint_path=checkpoint,
             run_clock=control.run_elapsed_s,
             cores=int(ray.cluster_resources().get("CPU", 1)),
+            rendezvous=RayRendezvous(run_key),
         )
         if resume:
             self.core.load_checkpoint()

@@ -30,10 +30,14 @@ def test_a_hop_by_phase_and_laps_in_process_and_on_ray(tmp_path):
         assert sum(row["phases_ms"].values()) <= row["whole_ms"] * (1 + 1e-9)  # float sums
         assert row["bare_ray_ms"] > 0 and row["memcpy_ms"] > 0
     laps = [r for r in rows if r["part"] == "lap"]
+    kinds = {
+        "in process": ("chunks", "engine", "token"),
+        "ray": ("bare", "chunks", "engine", "token"),
+    }
     assert sorted((r["where"], r["kind"], r["members"]) for r in laps) == [
         (where, kind, members)
         for where in ("in process", "ray")
-        for kind in ("chunks", "token")
+        for kind in kinds[where]
         for members in (2, 3)
     ]
     for row in laps:

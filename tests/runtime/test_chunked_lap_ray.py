@@ -21,6 +21,7 @@ def test_a_member_crashing_mid_lap_restarts_the_chunked_lap_over_the_survivors(r
         "clients.count=4",
         "experiment.rounds=3",
         "schedule.hop_timeout_s=6",
+        "schedule.lap_engine=ring",  # the actor-call lap, in chunks
         "schedule.chunked_laps=always",  # four members on two CPUs: auto sends one token
         # No heartbeat finds the crash first: the ring does, when a chunk sent to it fails.
         "schedule.heartbeat_s=600",
@@ -51,7 +52,11 @@ def test_on_fewer_cpus_than_members_a_lap_goes_as_one_token(ray_local, tmp_path)
     """``auto`` on a Ray of two CPUs: four members would share them, so FedAvg's lap goes
     as one token, whose leader sends its model and the total where others send less."""
     config = small_config(
-        tmp_path, f"data.dataset={SAMPLE}", "algorithm.name=fedavg", "clients.count=4"
+        tmp_path,
+        f"data.dataset={SAMPLE}",
+        "algorithm.name=fedavg",
+        "clients.count=4",
+        "schedule.lap_engine=ring",
     )
     out = tmp_path / "out"
     summary = run_experiment(config, out, progress=False)
