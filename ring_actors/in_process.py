@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,7 +82,11 @@ class LocalHandle:
         self.client = client
 
     def receive(self, payload: Payload) -> Future[bool]:
-        return self.client.call(self.client.core.receive, payload)
+        """The receiver gets tensors of its own, as the wire gives them between processes:
+        it adds into a lap token in place, while the sender's outbox keeps its copy to
+        re-route until acknowledged (shared, a re-route would carry that addition twice)."""
+        own = replace(payload, tensors={k: v.clone() for k, v in payload.tensors.items()})
+        return self.client.call(self.client.core.receive, own)
 
     def serve(self, round_: int, keys: tuple[str, ...]) -> Future[Payload | None]:
         return self.client.call(self.client.core.serve, round_, keys)

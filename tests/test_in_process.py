@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from ring_actors.algorithms import ALGORITHMS
-from ring_actors.delivery.payloads import Channel
+from ring_actors.delivery.payloads import Channel, Payload
+from ring_actors.in_process import LocalHandle
 from tests.helpers.in_process_ring import client_data, ring
 
 
@@ -200,3 +201,18 @@ def test_each_baseline_learns_on_a_ring(tmp_path, name):
     summary = ring(tmp_path, algorithm=name, count=3, rounds=3, hop_timeout_s=3.0).run(60)
     assert summary["rounds_completed"] == 3 and summary["events"]["lost_payloads"] == 0
     assert summary["local_acc"]["mean"] > 0.5, summary["local_acc"]  # chance is 0.25
+
+
+def test_a_payload_delivered_in_process_is_the_receivers_own_copy(tmp_path):
+    """A member adds its contribution into a received token in place; sharing the sender's
+    tensors, a re-route of the sender's unacknowledged copy would carry that contribution
+    twice. Between processes the wire copies; in one process the handle must."""
+    run = ring(tmp_path, algorithm="dfedavg", count=2)
+    state = {k: v.clone() for k, v in run.clients[0].core.algorithm.shared_state().items()}
+    sent = Payload(0, 0, 0, 0, state, num_samples=48, channel=Channel.SHARE)
+    assert LocalHandle(run.clients[1]).receive(sent).result(timeout=10)
+    (queued,) = run.clients[1].core.inbox.pop(lambda p: p.sender == 0)
+    key = next(k for k, v in state.items() if v.is_floating_point())
+    before = state[key].clone()
+    queued.tensors[key].add_(1.0)
+    assert torch.equal(sent.tensors[key], before)
