@@ -16,6 +16,7 @@ from ring_actors.run_setting import METHOD, resolved_setting, setting_keys
 from ring_actors.storage.run_folder import RunFolder
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "quickstart.yaml"
+INTERRUPTED = 130  # 128 + SIGINT: the status a shell gives a command Ctrl-C stopped
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -159,13 +160,24 @@ def _train(config: Config, args: argparse.Namespace) -> int:
     from ring_actors.data.sources import DatasetError, DatasetUnavailable
     from ring_actors.preflight.admission import AdmissionError
     from ring_actors.runtime.client_starts import LaunchError
-    from ring_actors.runtime.driver import run_experiment  # Ray: a valid config
+    from ring_actors.runtime.driver import (  # Ray: a valid config
+        RunInterrupted,
+        ray_session,
+        run_experiment,
+    )
     from ring_actors.runtime.follow import CoordinatorLost
 
     output_dir = args.resume or args.output_dir
     resume = args.resume is not None
     try:
-        summary = run_experiment(config, output_dir, progress=not args.no_progress, resume=resume)
+        with ray_session():
+            summary = run_experiment(config, output_dir, not args.no_progress, resume)
+    except RunInterrupted as err:
+        print(f"run stopped: {err}", file=sys.stderr)
+        return INTERRUPTED
+    except KeyboardInterrupt:  # before the run started: a new run's folder is removed
+        print("run stopped: interrupted while starting", file=sys.stderr)
+        return INTERRUPTED
     except (AdmissionError, LaunchError) as err:
         print(f"launch error: {err}", file=sys.stderr)
         return 3
@@ -187,7 +199,7 @@ def _train(config: Config, args: argparse.Namespace) -> int:
     print(f"mlflow:  {summary['mlflow']['tracking_uri']} run {summary['mlflow']['run_id']}")
     if summary["stopped"]:
         print(f"run stopped: {summary['stopped']}", file=sys.stderr)
-        return 1
+        return INTERRUPTED if summary["stopped"] == "interrupted" else 1
     return 0
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import ray
@@ -41,6 +46,7 @@ from ring_actors.runtime.coordinator_actor import Coordinator
 from ring_actors.runtime.experiment import Experiment
 from ring_actors.runtime.follow import ask, wait_and_finalize
 from ring_actors.runtime.progress_bar import progress_note
+from ring_actors.runtime.worker_deaths import quiet_ray_notices
 from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.redact import public_config, redact_uri
@@ -53,6 +59,54 @@ TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 class PlacementError(LaunchError):
     """The cluster cannot host every client the config asks for."""
+
+
+class RunInterrupted(RuntimeError):
+    """Interrupted again while the first interrupt's outputs were being written: the run
+    ends at once, its folder as the coordinator last wrote it (resumable)."""
+
+
+def _stop_as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (``kill``, a batch scheduler, ``ray job stop``, a container's stop) stops a
+    run as Ctrl-C does: its outputs written, resumable."""
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _signal_handlers(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
+    """``handlers`` in place within, the previous ones back after; in the main thread only,
+    the one Python lets set them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM ignored within: for the steps that end a run (its actors killed,
+    Ray shut down), which an interrupt would leave half done, with a traceback and, in Ray's
+    own shutdown, a crash of the interpreter."""
+    with _signal_handlers({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
+        yield
+
+
+@contextmanager
+def ray_session() -> Iterator[None]:
+    """A command's use of Ray: a Ray that starts within is shut down on the way out, signals
+    held, instead of by Ray's exit hook, where a second Ctrl-C crashes the interpreter."""
+    started_here = not ray.is_initialized()
+    try:
+        yield
+    finally:
+        if started_here and ray.is_initialized():
+            with signals_held():
+                ray.shutdown()
 
 
 def _placement_message(config: Config, pending: int, waited: bool = True) -> str:
@@ -75,6 +129,7 @@ def connect_ray(
     code) go to every worker with the job. True when this call started a local Ray, whose
     size is then fixed (no autoscaler).
     """
+    quiet_ray_notices()
     if ray.is_initialized():
         if py_modules:
             log.warning("Ray was started elsewhere: pass ray.py_modules to its runtime_env")
@@ -84,10 +139,25 @@ def connect_ray(
     if not address:  # a local Ray keeps its token on this machine: no notice to read
         logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     env = job_runtime_env(py_modules)
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(
         address=address, log_to_driver=False, configure_logging=False, runtime_env=env, **local
     )
+    _take_sigterm_back(on_sigterm)
     return address is None
+
+
+def _take_sigterm_back(before: Any) -> None:
+    """SIGTERM handled from Python again, as before ``ray.init``.
+
+    ray.init sets a handler of its own (an exit through its atexit shutdown), and then its
+    native failure handler takes SIGTERM as a crash: a native stack dump, and the driver
+    gone before it stops the run. Set again from Python, the caller's handler (Ray's where
+    the caller had none) takes SIGTERM; the native handler keeps the crash signals.
+    """
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGTERM) if before == signal.SIG_DFL else before
+        signal.signal(signal.SIGTERM, handler)
 
 
 def default_output_dir(config: Config) -> Path:
@@ -289,30 +359,44 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run one experiment end to end and return its summary (also in ``summary.json``).
 
-    Ctrl-C once stops the run and writes what exists; ``resume`` continues it later.
+    Ctrl-C or SIGTERM once stops the run and writes what exists; once more while that is
+    written ends it at once (:class:`RunInterrupted`). ``resume`` continues it later.
     """
-    experiment = launch(config, output_dir, resume)
+    with _signal_handlers({signal.SIGTERM: _stop_as_ctrl_c}):
+        experiment = launch(config, output_dir, resume)
+        try:
+            return _run(experiment, progress, resume)
+        finally:
+            with signals_held():
+                shutdown(experiment)
+
+
+def _run(experiment: Experiment, progress: bool, resume: bool) -> dict[str, Any]:
+    """Start the launched run, follow it to its end or an interrupt, and return its summary."""
+    started = time.monotonic()
+    coordinator = experiment.coordinator
+    timeouts = experiment.timeouts
     try:
         print(describe_launch(experiment), file=sys.stderr)
-        started = time.monotonic()
-        coordinator = experiment.coordinator
-        timeouts = experiment.timeouts
         if resume:  # the coordinator waits for every client's journal
             ask(experiment, coordinator.resume_run.remote(), timeouts.coordinator_back_s)
         else:
             ask(experiment, coordinator.start_clients.remote(), timeouts.control_s)
+        summary = wait_and_finalize(experiment, started, progress)
+    except KeyboardInterrupt:
+        resume_with = f"continue with --resume {experiment.output_dir}"
+        print(
+            f"interrupted: writing what exists (Ctrl-C again stops at once); {resume_with}",
+            file=sys.stderr,
+        )
         try:
-            summary = wait_and_finalize(experiment, started, progress)
-        except KeyboardInterrupt:
-            print(
-                "interrupted: writing what exists (Ctrl-C again aborts); continue with "
-                f"--resume {experiment.output_dir}",
-                file=sys.stderr,
-            )
             call = coordinator.finalize.remote(time.monotonic() - started)
             summary = ask(experiment, call, timeouts.finalize_s)
-            summary["stopped"] = "interrupted"
-        summary["output_dir"] = str(experiment.output_dir)
-        return summary
-    finally:
-        shutdown(experiment)
+        except KeyboardInterrupt:
+            raise RunInterrupted(
+                f"interrupted twice; outputs as last written in {experiment.output_dir}; "
+                + resume_with
+            ) from None
+        summary["stopped"] = "interrupted"
+    summary["output_dir"] = str(experiment.output_dir)
+    return summary

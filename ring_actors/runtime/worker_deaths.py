@@ -1,12 +1,21 @@
-"""Ray's notice of a client process's death, kept off the user's terminal.
+"""Ray's notices about the run's own worker processes, kept off the user's terminal.
 
 The run handles a client that dies (the coordinator bypasses it; the summary tells the
 crash), while Ray's notice, printed into the driver's output, blames the OOM killer first for
-any unexpected exit, an injected crash included. Ray prints its raylet's error messages from
-a thread of the driver through ``ray._private.worker.print_to_stdstream`` (no public option
-turns them off, ``log_to_driver`` included); this wraps that function and drops the lines
-about processes the run handles. Every other line goes through as before, and a Ray without
-that function prints everything.
+any unexpected exit, an injected crash included. A call in flight to an actor the driver
+killed itself (a run stopped at once by a second Ctrl-C, its coordinator mid-call) gets a
+notice too. And a ring runs one process per client by design, on fractional CPUs, so the
+raylet's warning that "N PYTHON worker processes have been started ... 4x the maximum
+expected startup concurrency" (at 16 workers on a 2-core node, and again at 5x, 6x ...)
+names nothing a user can change: the launch already starts clients in waves the node can
+take (``client_starts.py``), and the memory they need is checked before.
+
+Ray prints its raylet's error messages from a thread of the driver through
+``ray._private.worker.print_to_stdstream``: no public option turns them off (``log_to_driver``
+included), and nothing but the node's worker start concurrency moves that warning, which would
+change how many processes Ray starts at once. This wraps that function and drops those
+lines. Every other line goes through as before, and a Ray without that function prints
+everything.
 """
 
 from __future__ import annotations
@@ -19,15 +28,22 @@ import ray._private.worker as ray_worker
 
 WORKER_DIED = "A worker died or was killed while executing a task"
 WORKER_PID = re.compile(r"Worker PID: (\d+)")
+KILLED_BY_DRIVER = "because it was killed by `ray.kill`"  # only the driver kills the job's actors
+MANY_WORKERS = "worker processes have been started on node"
 HANDLED: set[int] = set()  # the processes whose deaths the driver's runs handle
+
+
+def quiet_ray_notices() -> None:
+    """Route Ray's messages to the driver through the filter below (once per process)."""
+    printer = getattr(ray_worker, "print_to_stdstream", None)
+    if printer is not None and not isinstance(printer, _WithoutHandledNotices):
+        ray_worker.print_to_stdstream = _WithoutHandledNotices(printer)
 
 
 def quiet_deaths_of(pids: Iterable[int]) -> None:
     """Show no Ray notice of these processes' deaths (the run's clients)."""
     HANDLED.update(pids)
-    printer = getattr(ray_worker, "print_to_stdstream", None)
-    if printer is not None and not isinstance(printer, _WithoutHandledDeaths):
-        ray_worker.print_to_stdstream = _WithoutHandledDeaths(printer)
+    quiet_ray_notices()
 
 
 def is_handled_death(line: str) -> bool:
@@ -36,8 +52,14 @@ def is_handled_death(line: str) -> bool:
     return WORKER_DIED in line and pid is not None and int(pid.group(1)) in HANDLED
 
 
-class _WithoutHandledDeaths:
-    """Ray's printer of driver messages, less the notices of handled deaths."""
+def is_handled_notice(line: str) -> bool:
+    """Whether ``line`` is one of Ray's notices about what the run does by design: a death it
+    handles, a call to an actor it killed, many worker processes started."""
+    return is_handled_death(line) or KILLED_BY_DRIVER in line or MANY_WORKERS in line
+
+
+class _WithoutHandledNotices:
+    """Ray's printer of driver messages, less the notices about what the run does by design."""
 
     def __init__(self, printer: Callable[..., None]) -> None:
         self.printer = printer
@@ -46,6 +68,6 @@ class _WithoutHandledDeaths:
         if "lines" not in data:
             self.printer(data, *args, **kwargs)
             return
-        lines = [line for line in data["lines"] if not is_handled_death(line)]
+        lines = [line for line in data["lines"] if not is_handled_notice(line)]
         if lines:
             self.printer({**data, "lines": lines}, *args, **kwargs)

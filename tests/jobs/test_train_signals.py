@@ -1,0 +1,129 @@
+"""``python -m jobs.train`` stopped by a signal, as a terminal, ``kill`` or a batch scheduler
+stops it: it ends at once and cleanly, with one message, exit status 130, and a run folder
+that holds what was written and resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.train import INTERRUPTED
+from ring_actors.preflight.output_folder import check_resumable
+from ring_actors.storage.run_folder import RunFolder
+from tests.helpers.train_cli import REPO
+
+pytestmark = pytest.mark.slow  # each test starts Ray in a driver of its own
+
+ROUNDS = 12
+
+
+def start_train(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
+    """A 3-client ring on the packaged sample, slowed so that it runs long past its first
+    written round, in a session of its own (the group a terminal's Ctrl-C reaches)."""
+    folder = RunFolder(tmp_path / "run")
+    command = [sys.executable, "-m", "jobs.train", "--no-progress"]
+    command += ["--output-dir", str(folder.path)]
+    command += [
+        "data.dataset=fashion-mnist-sample",
+        "clients.count=3",
+        f"experiment.rounds={ROUNDS}",
+        "data.max_train_per_client=100",
+        "eval.global_max_samples=200",
+        "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 2.0}]",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
+    # Started from a background job (CI, `pytest &`), this process ignores SIGINT and a child
+    # would inherit that; a handled signal is reset to the default in the child, as a
+    # terminal's foreground driver has it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        driver = subprocess.Popen(
+            command,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return driver, folder
+
+
+def wait_for_a_written_round(driver: subprocess.Popen, folder: RunFolder) -> None:
+    """Until the run's partial summary holds a whole round (the run then has results)."""
+    deadline = time.monotonic() + 300
+    while True:
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no round written within 300 s"
+        try:
+            if json.loads(folder.summary.read_text()).get("rounds_completed", 0) >= 1:
+                return
+        except (OSError, ValueError):  # not written yet, or caught halfway through a rewrite
+            pass
+        time.sleep(0.2)
+
+
+def finish(driver: subprocess.Popen) -> str:
+    """Everything the driver printed once it ended (its session killed if it hangs)."""
+    try:
+        stdout, stderr = driver.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(driver.pid, signal.SIGKILL)
+        stdout, stderr = driver.communicate()
+        pytest.fail(f"the driver did not end within 120 s of the signal:\n{stderr[-3000:]}")
+    return stdout + stderr
+
+
+def assert_stopped_cleanly(driver: subprocess.Popen, out: str, folder: RunFolder) -> dict:
+    """The exit of a stopped run: 130, no traceback or crash, one message, a resumable folder
+    with its summary. Returns the summary."""
+    assert driver.returncode == INTERRUPTED, out[-3000:]
+    for crash in ("Traceback", "Segmentation fault", "*** SIGTERM received", "*** SIGINT"):
+        assert crash not in out, out[-3000:]
+    assert sum(line.startswith("run stopped") for line in out.splitlines()) == 1, out[-3000:]
+    summary = json.loads(folder.summary.read_text())
+    assert 1 <= summary["rounds_completed"] < ROUNDS
+    check_resumable(folder.path, ROUNDS)  # --resume takes it
+    return summary
+
+
+def test_ctrl_c_twice_ends_at_once_with_what_was_written(tmp_path):
+    driver, folder = start_train(tmp_path)
+    wait_for_a_written_round(driver, folder)
+    os.killpg(driver.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground group
+    time.sleep(2)
+    os.killpg(driver.pid, signal.SIGINT)
+    out = finish(driver)
+    assert_stopped_cleanly(driver, out, folder)
+
+
+def test_sigterm_stops_the_run_as_ctrl_c_does(tmp_path):
+    driver, folder = start_train(tmp_path)
+    wait_for_a_written_round(driver, folder)
+    driver.send_signal(signal.SIGTERM)  # `kill PID`, a batch scheduler, a container's stop
+    out = finish(driver)
+    summary = assert_stopped_cleanly(driver, out, folder)
+    assert "run stopped: interrupted" in out and f"--resume {folder.path}" in out
+    assert summary["partial"] is False  # the final outputs were written
+    assert f"outputs: {folder.path}" in out  # and the outcome printed
+
+
+def test_ctrl_c_while_the_clients_are_placed_ends_cleanly_leaving_no_folder(tmp_path):
+    driver, folder = start_train(tmp_path)
+    for line in driver.stderr:
+        if line.startswith("placing the coordinator"):
+            break
+    os.killpg(driver.pid, signal.SIGINT)
+    out = finish(driver)
+    assert driver.returncode == INTERRUPTED, out[-3000:]
+    assert "Traceback" not in out and "run stopped: interrupted while starting" in out, out
+    assert sum(line.startswith("run stopped") for line in out.splitlines()) == 1, out[-3000:]
+    assert not folder.path.exists()  # a launch that never started leaves no run folder
