@@ -80,7 +80,7 @@ class Availability:
             if member.state == MemberState.DEAD:
                 node_id = member.node_id
             else:
-                first_round = self.changes.entry_round()
+                first_round = self.changes.entry_round(member.last_round + 1, client_id)
                 if roster.come_back(client_id, first_round, handle):
                     detail = f"back from offline, from round {first_round}"
                     self.changes.event(EventKind.REJOIN, client_id, first_round, detail)

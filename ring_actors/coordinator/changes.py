@@ -50,14 +50,15 @@ class RingChanges:
         handles[donor].hand_off(client_id, handles[client_id], first_round - 1)
         return Joining(donor)
 
-    def entry_round(self, wanted: int | None = None) -> int:
+    def entry_round(self, wanted: int | None = None, returning: int | None = None) -> int:
         """The first round a client spliced in now trains: ``wanted`` if the ring cannot
         have begun it. A member that reported round n may be in round n + 1 with its lap
         even finished, so a newcomer there would wait for a lap that never comes. Round
         n + 2 is safe: its lap needs every member to finish n + 1 first, and the new view
-        reaches them long before.
+        reaches them long before. A member ``returning`` from offline was in no lap while
+        away: its own rounds do not count as the others', so a front-runner skips none.
         """
-        return max(wanted or 0, self.roster.table.newest_trained + 2)
+        return max(wanted or 0, self.roster.table.newest_trained_by_others(returning) + 2)
 
     def mark_dead(self, client_id: int, cause: EventKind, detail: str) -> None:
         """Bypass a member for good (unless it comes back itself); one offline leaves no ring.

@@ -32,11 +32,20 @@ class Member:
     last_round: int = -1
     last_seen: float = field(default_factory=time.monotonic)
     due_back_s: float | None = None  # while offline: when it is due back, on the run's clock
+    trained_before: int = 0  # rounds it finished before its latest ``first_round``
 
     @property
     def rounds_trained(self) -> int:
-        """Rounds this member has finished itself; a joiner's skipped rounds do not count."""
-        return max(0, self.last_round + 1 - self.first_round)
+        """Rounds this member has finished itself; a joiner's skipped rounds do not count,
+        the rounds it trained before an off period or a restart do."""
+        return self.trained_before + max(0, self.last_round + 1 - self.first_round)
+
+    def restart_at(self, first_round: int) -> None:
+        """Train from ``first_round`` on, keeping the count of the rounds trained before it
+        (those from it on count once they are reported again)."""
+        again = max(0, self.last_round + 1 - first_round)
+        self.trained_before = self.rounds_trained - again
+        self.first_round = first_round
 
 
 class MembershipTable:
@@ -93,7 +102,7 @@ class MembershipTable:
         member = self.members[client_id]
         if member.state != MemberState.OFFLINE:
             return False
-        member.first_round = first_round
+        member.restart_at(first_round)
         return self.mark(client_id, MemberState.RUNNING)
 
     def revive(self, client_id: int, after: int, first_round: int | None = None) -> None:
@@ -104,7 +113,7 @@ class MembershipTable:
             return
         member.state, member.due_back_s = MemberState.RUNNING, None
         if first_round is not None:
-            member.first_round = first_round
+            member.restart_at(first_round)
         self.order.remove(client_id)
         self.order.insert(self.order.index(after) + 1, client_id)
         self.epoch += 1
@@ -155,7 +164,11 @@ class MembershipTable:
     @property
     def newest_trained(self) -> int:
         """The furthest round any member has finished training; -1 before any has."""
-        members = self.members.values()
+        return self.newest_trained_by_others(None)
+
+    def newest_trained_by_others(self, client_id: int | None) -> int:
+        """The furthest round a member other than ``client_id`` has finished training."""
+        members = (m for c, m in self.members.items() if c != client_id)
         return max((m.last_round for m in members if m.rounds_trained > 0), default=-1)
 
     def view(self) -> View:

@@ -38,7 +38,8 @@ def snapshot(
     live, remaining, members = table.live, table.remaining, table.members
     trained = {c: m.rounds_trained for c, m in members.items()}
     planned = sum(
-        rounds - members[c].first_round if c in remaining else done for c, done in trained.items()
+        members[c].trained_before + rounds - members[c].first_round if c in remaining else done
+        for c, done in trained.items()
     )
     return Progress(
         round=min((members[c].last_round + 1 for c in live), default=0),

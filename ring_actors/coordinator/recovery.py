@@ -133,11 +133,13 @@ class Recovery:
                 roster.resume(client_id)
             away = [c for c in unfinished if self._away_with_a_loop(c)]
             back = [c for c in roster.table.offline if c in away and self._due_back(c)]
-            first_round = self.changes.entry_round()
+            first_rounds = {}
             for client_id in back:
-                roster.come_back(client_id, first_round)
-                detail = f"back from offline as the run resumed, from round {first_round}"
-                self.changes.event(EventKind.REJOIN, client_id, first_round, detail)
+                last = roster.table.members[client_id].last_round
+                first_rounds[client_id] = first = self.changes.entry_round(last + 1, client_id)
+                roster.come_back(client_id, first)
+                detail = f"back from offline as the run resumed, from round {first}"
+                self.changes.event(EventKind.REJOIN, client_id, first, detail)
             journals = {c: roster.handles[c].journal() for c in running + away}
         self._replay_journals(journals)
         with self.lock:
@@ -150,7 +152,7 @@ class Recovery:
                 handles[client_id].resume()
             for client_id in away:
                 if client_id in back:
-                    handles[client_id].start(first_round)
+                    handles[client_id].start(first_rounds[client_id])
                 else:
                     handles[client_id].resume()
 

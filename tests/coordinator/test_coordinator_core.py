@@ -430,3 +430,23 @@ def test_a_joiner_that_can_have_no_round_is_not_admitted_and_holds_no_run_open(t
         core.report_round(client_id, 4, {"loss": 1.0})
         core.report_done(client_id, 0, 0, 0)
     assert core.progress().finished
+
+
+def test_a_front_runner_back_from_offline_skips_no_round_and_keeps_its_rounds(tmp_path):
+    """Client 0 trained rounds 0-1 while the others finished round 0, then left: back, it
+    goes on from round 2 (the others may be in round 1 with its lap done, never in 2), and
+    the rounds it trained before leaving still count."""
+    core, handles = make(tmp_path)
+    for round_ in (0, 1):
+        core.report_round(0, round_, {"loss": 1.0})
+    for client_id in (1, 2):
+        core.report_round(client_id, 0, {"loss": 1.0})
+    core.leave(0, 1, 0.5)
+    back = core.come_back(0, 1)
+    assert back is not None and back.first_round == 2
+    assert core.table.members[0].rounds_trained == 2
+    core.report_round(0, 2, {"loss": 1.0})
+    assert core.table.members[0].rounds_trained == 3
+    progress = core.progress()
+    assert progress.rounds_done == 3 + 1 + 1
+    assert progress.rounds_planned == 5 + 5 + 5  # nothing skipped: 5 rounds each
