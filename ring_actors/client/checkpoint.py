@@ -24,7 +24,7 @@ from ring_actors.delivery.outbox import NotKept, Outbox
 from ring_actors.delivery.payloads import Channel, Payload, detach_to_cpu
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ControlLink
-from ring_actors.storage.durable import write_atomic
+from ring_actors.storage.durable import remove_drafts, write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
 from ring_actors.storage.state_files import save_state
 
@@ -109,7 +109,12 @@ class Checkpointing:
     lap_files: LapTotalFiles | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.lap_files = LapTotalFiles(self.path.with_suffix(".laps")) if self.path else None
+        path = self.path
+        self.lap_files = LapTotalFiles(path.with_suffix(".laps")) if path else None
+        if path is not None:  # a start after a kill: no draft of this client's stays
+            remove_drafts(path.parent, of=path.name)  # a folder every client writes in
+            for own_folder in (path.with_suffix(".inbox"), path.with_suffix(".laps")):
+                remove_drafts(own_folder)
 
     def save(self, round_: int) -> None:
         """The private state after ``round_``, for a restarted client to resume from."""

@@ -36,6 +36,14 @@ def write_atomic(path: Path, content: bytes | str | Callable[[BinaryIO], None]) 
     fsync_dir(path.parent)
 
 
+def remove_drafts(directory: Path, of: str = "") -> None:
+    """Delete the drafts a writer killed mid-write left in ``directory``: of the files named
+    ``of`` only (a folder other writers share), or every one (a folder of one writer's)."""
+    if directory.is_dir():
+        for draft in directory.glob(f".{of}.*.tmp" if of else ".*.tmp"):
+            draft.unlink(missing_ok=True)
+
+
 def fsync_dir(directory: Path) -> None:
     """Make a rename or a deletion in ``directory`` durable (where the OS allows it)."""
     try:

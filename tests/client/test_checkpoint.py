@@ -181,3 +181,22 @@ def test_a_laps_total_is_written_once_and_a_restore_gets_every_total_still_kept(
         kept = restored.lap_result("avg", round_)
         assert kept is not None and torch.equal(kept.total["x"], totals[round_]["x"])
     assert restored.lap_result("avg", 4).contributors == (0, 1)
+
+
+def test_drafts_a_kill_left_are_removed_at_the_next_start_and_only_the_clients_own(tmp_path):
+    """A writer killed mid-write leaves its draft; the client's next start deletes its own
+    (checkpoint, spool, laps' totals), never a draft of a neighbour writing beside it."""
+    spool, laps = tmp_path / "c.inbox", tmp_path / "c.laps"
+    spool.mkdir()
+    laps.mkdir()
+    own = [
+        tmp_path / ".c.pt.111-222.tmp",
+        spool / ".share-None-1-3-0.pt.111-222.tmp",
+        laps / ".avg-3.pt.111-222.tmp",
+    ]
+    neighbour = tmp_path / ".d.pt.333-444.tmp"
+    for draft in [*own, neighbour]:
+        draft.write_bytes(b"half a file")
+    _checkpointing_client(tmp_path, "dfedavg")
+    assert [p for p in own if p.exists()] == []
+    assert neighbour.exists()
