@@ -142,7 +142,22 @@ def main(argv: list[str] | None = None) -> int:
     if not todo:
         return 0
     parent = parent_run(points, sweep_dir)
-    from ring_actors.runtime.driver import run_experiment  # Ray only once every config is valid
+    from ring_actors.runtime.driver import (  # Ray only once every config is valid
+        RunInterrupted,
+        ray_session,
+    )
+
+    try:
+        with ray_session():
+            return _run_points(todo, parent, args)
+    except (RunInterrupted, KeyboardInterrupt) as err:  # twice, or before a run started
+        print(f"sweep interrupted: run it again to go on ({err or 'interrupted'})", file=sys.stderr)
+        return 130
+
+
+def _run_points(todo: list[Point], parent: str, args: argparse.Namespace) -> int:
+    """Each point in turn; 130 at once if one is interrupted, else 1 if any stopped."""
+    from ring_actors.runtime.driver import run_experiment
 
     failed = 0
     for number, point in enumerate(todo, 1):
