@@ -27,7 +27,7 @@ from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import load_dataset
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.rendezvous import LocalRendezvous
-from ring_actors.delivery.transport import ClientHandle, Joining, PeerGone
+from ring_actors.delivery.transport import Call, ClientHandle, PeerGone, Reply, forwarding
 from ring_actors.delivery.view import View
 from ring_actors.faults.driver_side import AppliedFaults, carry_out
 from ring_actors.storage.run_folder import RunFolder
@@ -47,7 +47,7 @@ class LocalClient:
         self.awake = threading.Event()
         self.awake.set()
 
-    def call(self, method: Callable[..., T], *args: Any) -> Future[T]:
+    def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
         if not self.alive:
             return _failed(PeerGone(f"client {self.core.id} is dead"))
 
@@ -55,7 +55,7 @@ class LocalClient:
             self.awake.wait()
             if not self.alive:
                 raise PeerGone(f"client {self.core.id} is dead")
-            return method(*args)
+            return method(*args, **kwargs)
 
         return self.calls.submit(run)
 
@@ -75,11 +75,17 @@ class LocalClient:
         self.awake.set()
 
 
-class LocalHandle:
-    """A :class:`~ring_actors.delivery.transport.ClientHandle` on a :class:`LocalClient`."""
+@forwarding(ClientHandle)
+class LocalHandle(ClientHandle):
+    """A :class:`~ring_actors.delivery.transport.ClientHandle` on a :class:`LocalClient`:
+    each call runs on the client's call threads, as on a threaded actor's."""
 
     def __init__(self, client: LocalClient) -> None:
         self.client = client
+
+    def dispatch(self, name: str, call: Call, *args: Any, **kwargs: Any) -> Any:
+        answer = self.client.call(getattr(self.client.core, name), *args, **kwargs)
+        return answer if call.reply is Reply.PENDING else None
 
     def receive(self, payload: Payload) -> Future[bool]:
         """The receiver gets tensors of its own, as the wire gives them between processes:
@@ -88,29 +94,10 @@ class LocalHandle:
         own = replace(payload, tensors={k: v.clone() for k, v in payload.tensors.items()})
         return self.client.call(self.client.core.receive, own)
 
-    def serve(self, round_: int, keys: tuple[str, ...]) -> Future[Payload | None]:
-        return self.client.call(self.client.core.serve, round_, keys)
-
-    def lap_result(self, name: str, round_: int) -> Future[Any]:
-        return self.client.call(self.client.core.lap_result, name, round_)
-
-    def ping(self) -> Future[int]:
-        return self.client.call(self.client.core.ping)
-
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
+        """The client gets a dict of its own, as a process gets its copy: the coordinator
+        hands every member the same one."""
         self.client.call(self.client.core.set_view, view, dict(handles))
-
-    def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
-        self.client.call(self.client.core.start, first_round, joining)
-
-    def resume(self) -> None:
-        self.client.call(self.client.core.resume)
-
-    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
-        self.client.call(self.client.core.hand_off, joiner, handle, round_)
-
-    def journal(self) -> Future[list[dict]]:
-        return self.client.call(self.client.core.journal)
 
 
 class InProcessRing:

@@ -154,3 +154,77 @@ def test_faults_or_heterogeneity_imported_before_the_config_work(package):
     first = "\n".join(f"import {name}".removesuffix(".__init__") for name in modules)
     loaded = _modules_after(first + USE_THE_CONFIG)
     assert "ring_actors.config.sections" in loaded
+
+
+def _shells() -> dict[type, tuple[type, ...]]:
+    """Each class that makes or answers remote calls, with the interfaces declaring them."""
+    from ring_actors.delivery.transport import ClientHandle, ControlLink, RunClock
+    from ring_actors.in_process import LocalHandle
+    from ring_actors.runtime.client_actor import BoundedControlLink, ClientActor, ClientReadings
+    from ring_actors.runtime.coordinator_actor import Coordinator, RunControl
+    from ring_actors.runtime.ray_transport import RayClientHandle
+
+    return {
+        ClientActor: (ClientHandle, ClientReadings),
+        Coordinator: (ControlLink, RunClock, RunControl),
+        RayClientHandle: (ClientHandle,),
+        BoundedControlLink: (ControlLink, RunClock),
+        LocalHandle: (ClientHandle,),
+    }
+
+
+# The declared calls a shell writes itself, each because it does more than pass the call on.
+WRITTEN_BY_HAND = {
+    "ClientActor": {"serve", "set_view"},  # answers in wire format; bounds the pulls' size
+    "RayClientHandle": {"receive", "serve", "set_view"},  # wire format both ways; a plain dict
+    "LocalHandle": {"receive", "set_view"},  # tensors and a dict of handles of its own
+}
+
+
+def test_every_remote_call_is_declared_once_and_reachable_on_each_shell():
+    from ring_actors.delivery.transport import declared_calls
+
+    for shell, interfaces in _shells().items():
+        names = [name for interface in interfaces for name in declared_calls(interface)]
+        assert len(names) == len(set(names)), f"{shell.__name__}: a call declared twice"
+        for name, declared in declared_calls(*interfaces).items():
+            method = getattr(shell, name, None)
+            assert callable(method) and method is not declared, f"{shell.__name__}.{name}"
+
+
+def test_no_shell_passes_a_declared_call_on_by_hand():
+    """A call is declared once (``delivery/transport.py``, or the driver's beside its
+    shell); a method written for it by hand is a second place to change."""
+    import inspect
+    import textwrap
+
+    from ring_actors.delivery.transport import declared_calls
+
+    for shell, interfaces in _shells().items():
+        (body,) = ast.parse(textwrap.dedent(inspect.getsource(shell))).body
+        written = {node.name for node in body.body if isinstance(node, ast.FunctionDef)}
+        by_hand = written & set(declared_calls(*interfaces))
+        assert by_hand == WRITTEN_BY_HAND.get(shell.__name__, set()), shell.__name__
+
+
+def test_ray_exposes_every_declared_call_of_the_actors_and_the_core_answers_it():
+    """Ray reads an actor's methods off its class when ``ray.remote`` wraps it: the derived
+    ones are there, the control calls on the control group; each is a method of the core
+    that answers it."""
+    import ray
+
+    from ring_actors.client.core import ClientCore
+    from ring_actors.coordinator.core import CoordinatorCore
+    from ring_actors.delivery.transport import call_of, declared_calls
+    from ring_actors.runtime.client_actor import CONTROL_GROUP, ClientActor
+    from ring_actors.runtime.coordinator_actor import Coordinator
+    from ring_actors.runtime.experiment import CLIENT
+
+    shells = _shells()
+    for actor, core in ((CLIENT, ClientCore), (ray.remote(Coordinator), CoordinatorCore)):
+        meta = actor.__ray_metadata__.method_meta
+        shell = ClientActor if actor is CLIENT else Coordinator
+        for name, declared in declared_calls(*shells[shell]).items():
+            assert name in meta.methods and callable(getattr(core, name, None)), name
+            group = meta.concurrency_group_for_methods.get(name)
+            assert group == (CONTROL_GROUP if call_of(declared).control else None), name

@@ -1,5 +1,6 @@
 """ClientActor: the Ray shell of one client. It places the client (device, threads, slots),
-builds its core, and forwards every call to it; the round loop lives in ``client/core.py``.
+builds its core, and has the core answer every call, as ``delivery/transport.py`` declares
+them; the round loop lives in ``client/core.py``.
 
 This module imports neither torch nor a method: Ray loads an actor's class in every process
 that holds a handle to it, so the coordinator, which holds every client's, would otherwise
@@ -8,25 +9,33 @@ carry torch. The client's own process imports them when it builds its core.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
-from ring_actors.delivery.transport import PeerGone, PeerUnavailable
+from ring_actors.delivery.transport import (
+    UNANSWERED,
+    Call,
+    ClientHandle,
+    ControlLink,
+    Reply,
+    RunClock,
+    forwarding,
+    remote,
+)
 from ring_actors.faults.client_side import ProcessFaults, fail_start
 from ring_actors.runtime.placement import Placement
+from ring_actors.runtime.ray_rendezvous import RayRendezvous
 from ring_actors.runtime.ray_transport import (
     RayClientHandle,
-    RayControlLink,
-    RayPending,
+    answered_by_core,
     bounded,
+    call_actor,
 )
-from ring_actors.runtime.ray_rendezvous import RayRendezvous
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
 from ring_actors.runtime.worker_env import loaded_modules
@@ -37,20 +46,15 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from ring_actors.client.lap_host import LapResult
     from ring_actors.config import Config
     from ring_actors.data.partition import ClientSplit
     from ring_actors.data.sources import DatasetArrays
-    from ring_actors.delivery.payloads import Payload
-    from ring_actors.delivery.transport import ClientHandle, Joining, Readmission
+    from ring_actors.delivery.transport import Readmission
     from ring_actors.delivery.view import View
     from ring_actors.delivery.wire import WirePayload
 
-CONTROL_GROUP = "control"  # the coordinator's probes, apart from peers' receives
+CONTROL_GROUP = "control"  # the coordinator's probes (``control`` calls), apart from receives
 CONCURRENCY_GROUPS = {CONTROL_GROUP: 2}
-# A call the coordinator did not answer, as ``client/availability.py`` takes it (not imported
-# from there: this module stays free of torch).
-UNANSWERED = (TimeoutError, PeerUnavailable, PeerGone)
 
 
 def pick_device(num_gpus: float) -> torch.device:
@@ -64,38 +68,18 @@ def pick_device(num_gpus: float) -> torch.device:
     return torch.device("cpu")
 
 
+@forwarding(ControlLink, RunClock)
 @dataclass(frozen=True)
-class BoundedControlLink(RayControlLink):
+class BoundedControlLink(ControlLink, RunClock):
     """The coordinator as a client's :class:`~ring_actors.delivery.transport.ControlLink`,
     every call that waits for its answer bounded by ``timeout_s`` (``TimeoutError`` past
     it): a coordinator being restarted must not hold a client's round loop for good."""
 
+    actor: ray.actor.ActorHandle
     timeout_s: float
 
-    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
-        """Returns once the coordinator holds the report: a call only sent dies with a
-        process that crashes right after (the next round's first step, for a planned crash).
-        Past ``timeout_s`` (or with the coordinator gone) the round goes on; the report stays
-        in the client's journal, which a resumed client sends again."""
-        call = self.actor.report_round.remote(client_id, round_, metrics)
-        with contextlib.suppress(*UNANSWERED):
-            RayPending(call).result(self.timeout_s)
-
-    def leave(self, client_id: int, round_: int, off_s: float) -> None:
-        RayPending(self.actor.leave.remote(client_id, round_, off_s)).result(self.timeout_s)
-
-    def come_back(self, client_id: int, round_: int) -> Readmission | None:
-        return RayPending(self.actor.come_back.remote(client_id, round_)).result(self.timeout_s)
-
-    def rejoin(
-        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
-    ) -> Readmission | None:
-        call = self.actor.rejoin.remote(client_id, handle, node_id, checkpoint_round)
-        return RayPending(call).result(self.timeout_s)
-
-    def run_elapsed_s(self) -> RayPending:
-        """How far the run is, by the coordinator's clock (the caller bounds the wait)."""
-        return RayPending(self.actor.run_elapsed_s.remote())
+    def dispatch(self, name: str, call: Call, *args: Any, **kwargs: Any) -> Any:
+        return call_actor(self.actor, name, call, args, kwargs, self.timeout_s)
 
 
 def rejoin_until_answered(
@@ -121,6 +105,16 @@ def rejoin_until_answered(
     ) from unanswered
 
 
+class ClientReadings(Protocol):
+    """What the driver reads off a client actor, besides the calls of its peers and the
+    coordinator (``ClientHandle``)."""
+
+    @remote(Reply.ANSWER)
+    def stats(self) -> dict:
+        """Counters for tests and debugging."""
+
+
+@answered_by_core(ClientHandle, ClientReadings, control_group=CONTROL_GROUP)
 class ClientActor:
     """One client as a threaded Ray actor: calls answer on Ray's threads, training runs on
     the core's own thread. A client Ray restarts after a crash resumes from its checkpoint
@@ -194,42 +188,16 @@ class ClientActor:
             num_local_test=len(core.data.local_test),
         )
 
-    def receive(self, payload: WirePayload | Payload) -> bool:
-        return self.core.receive(payload)
-
     def serve(self, round_: int, keys: tuple[str, ...]) -> WirePayload | None:
+        """The answer's tensors travel as bytes."""
         from ring_actors.delivery.wire import to_wire
 
         answer = self.core.serve(round_, keys)
         return to_wire(answer) if answer is not None else None
 
-    def lap_result(self, name: str, round_: int) -> LapResult | None:
-        return self.core.lap_result(name, round_)
-
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
+        """Its pulls through the handles are bounded by what this client takes at most."""
         self.core.set_view(view, bounded(handles, self.core.max_payload_bytes))
-
-    def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
-        self.core.start(first_round, joining)
-
-    def resume(self) -> None:
-        self.core.resume()
-
-    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
-        self.core.hand_off(joiner, handle, round_)
-
-    # The coordinator's probes run on threads of their own: receives blocked on a slow disk
-    # (the spool) can take every default thread, and a busy client is not a hung one.
-    @ray.method(concurrency_group=CONTROL_GROUP)
-    def ping(self) -> int:
-        return self.core.ping()
-
-    @ray.method(concurrency_group=CONTROL_GROUP)
-    def journal(self) -> list[dict]:
-        return self.core.journal()
-
-    def stats(self) -> dict:
-        return self.core.stats()
 
     def loaded_modules(self) -> list[str]:
         return loaded_modules()

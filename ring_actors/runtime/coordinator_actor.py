@@ -1,13 +1,14 @@
 """The coordinator's Ray shell: it wraps client actors in handles, runs the core's reconcile
-loop on a thread and forwards every RPC. It is off the data path: clients talk to each other
-directly and only report to it.
+loop on a thread and has the core answer every RPC, as declared: the clients' in
+``delivery/transport.py``, the driver's here (``RunControl``). It is off the data path:
+clients talk to each other directly and only report to it.
 """
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import ray
 
@@ -15,16 +16,37 @@ from ring_actors.config import Config
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.progress import Progress
 from ring_actors.coordinator.tracking import Tracker
-from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.transport import ClientHandle, Readmission
+from ring_actors.delivery.transport import ClientHandle, ControlLink, Reply, RunClock, remote
 from ring_actors.runtime.actor_names import actor_name
-from ring_actors.runtime.ray_transport import RayClientHandle
+from ring_actors.runtime.ray_transport import RayClientHandle, answered_by_core
 from ring_actors.runtime.worker_env import loaded_modules
 from ring_actors.timeouts import LOOP_JOIN_S, TRACKING_OPEN_JOIN_S
 
-__all__ = ["Coordinator"]
+__all__ = ["Coordinator", "RunControl"]
 
 
+class RunControl(Protocol):
+    """The driver's calls to the coordinator that the core answers as they come (those that
+    take a client actor wrap it in a handle first, and are the shell's own)."""
+
+    @remote(Reply.ANSWER)
+    def start_clients(self) -> None:
+        """Push every member its first view, then start all round loops."""
+
+    @remote(Reply.ANSWER)
+    def resume_run(self) -> None:
+        """A resumed run's members, each started again from its own checkpoint."""
+
+    @remote(Reply.ANSWER)
+    def progress(self) -> Progress:
+        """Where the run stands, for the driver's poll."""
+
+    @remote(Reply.ANSWER)
+    def ring_order(self) -> list[int]:
+        """The live members, in ring order."""
+
+
+@answered_by_core(ControlLink, RunClock, RunControl)
 class Coordinator:
     """One writer of membership and tracking state, as a threaded Ray actor.
 
@@ -71,19 +93,13 @@ class Coordinator:
             self.core.reconcile()
             self.stopping.wait(self.core.timeouts.reconcile_s)
 
-    # ---- RPCs ---------------------------------------------------------------------------
+    # ---- its own RPCs: a client actor wrapped in a handle first, or the loop stopped ------
 
     def register(self, client_id: int, actor: ray.actor.ActorHandle, node_id: str) -> None:
         self.core.register(client_id, RayClientHandle(actor), node_id)
 
     def adopt(self, client_id: int, actor: ray.actor.ActorHandle, node_id: str) -> bool:
         return self.core.adopt(client_id, RayClientHandle(actor), node_id)
-
-    def start_clients(self) -> None:
-        self.core.start_clients()
-
-    def resume_run(self) -> None:
-        self.core.resume_run()
 
     def admit(
         self,
@@ -93,43 +109,6 @@ class Coordinator:
         first_round: int | None = None,
     ) -> int | None:
         return self.core.admit(client_id, RayClientHandle(actor), node_id, first_round)
-
-    def rejoin(
-        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
-    ) -> Readmission | None:
-        return self.core.rejoin(client_id, handle, node_id, checkpoint_round)
-
-    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
-        self.core.report_round(client_id, round_, metrics)
-
-    def report_event(
-        self, kind: EventKind, client_id: int, round_: int, detail: str = "", **measured: float
-    ) -> None:
-        self.core.report_event(kind, client_id, round_, detail, **measured)
-
-    def leave(self, client_id: int, round_: int, off_s: float) -> None:
-        self.core.leave(client_id, round_, off_s)
-
-    def come_back(self, client_id: int, round_: int) -> Readmission | None:
-        return self.core.come_back(client_id, round_)
-
-    def run_elapsed_s(self) -> float:
-        return self.core.run_elapsed_s()
-
-    def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
-        self.core.report_unreachable(reporter, target, epoch)
-
-    def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None:
-        self.core.report_done(client_id, lost, hops, bytes_sent)
-
-    def report_failed(self, client_id: int, round_: int, error: str) -> None:
-        self.core.report_failed(client_id, round_, error)
-
-    def progress(self) -> Progress:
-        return self.core.progress()
-
-    def ring_order(self) -> list[int]:
-        return self.core.ring_order()
 
     def loaded_modules(self) -> list[str]:
         return loaded_modules()

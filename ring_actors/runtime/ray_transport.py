@@ -1,11 +1,14 @@
-"""The transport over Ray: peers and the coordinator are actor handles, answers ObjectRefs."""
+"""The transport over Ray: peers and the coordinator are actor handles, answers ObjectRefs.
+Both sides of a declared call (``delivery/transport.py``) are derived here: the caller's
+(:func:`call_actor`) and the actor shell's (:func:`answered_by_core`)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import ray
 from ray.exceptions import (
@@ -16,18 +19,23 @@ from ray.exceptions import (
     WorkerCrashedError,
 )
 
-from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import (
+    UNANSWERED,
+    Call,
     ClientHandle,
-    Joining,
     PeerGone,
     PeerUnavailable,
-    Readmission,
+    Reply,
+    call_of,
+    derive,
+    forwarding,
 )
 from ring_actors.delivery.view import View
 
 if TYPE_CHECKING:  # the coordinator and the slot pools never import torch
     from ring_actors.delivery.payloads import Payload
+
+Shell = TypeVar("Shell", bound=type)
 
 # What a call raises when the process answering it died under it: the actor died, its
 # worker crashed, or Ray's memory monitor killed it.
@@ -80,8 +88,49 @@ class RayPending:
         return self.unpack(answer) if self.unpack else answer
 
 
+def call_actor(
+    actor: ray.actor.ActorHandle,
+    name: str,
+    call: Call,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout_s: float | None = None,
+) -> Any:
+    """``actor``'s call ``name`` made as declared: what its caller gets back, each wait
+    bounded by ``timeout_s``."""
+    ref = getattr(actor, name).remote(*args, **kwargs)
+    if call.reply is Reply.NONE:
+        return None
+    pending = RayPending(ref)
+    if call.reply is Reply.PENDING:
+        return pending
+    if call.reply is Reply.HELD:
+        with contextlib.suppress(*UNANSWERED):
+            pending.result(timeout_s)
+        return None
+    return pending.result(timeout_s)
+
+
+def answered_by_core(
+    *interfaces: type, control_group: str | None = None
+) -> Callable[[Shell], Shell]:
+    """An actor shell's methods for the calls ``interfaces`` declare: each answered by the
+    shell's ``core``, a ``control`` call on ``control_group``'s threads."""
+
+    def make(name: str, declared: Callable[..., Any]) -> Callable[..., Any]:
+        def answer(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return getattr(self.core, name)(*args, **kwargs)
+
+        if control_group is not None and call_of(declared).control:
+            return ray.method(concurrency_group=control_group)(answer)
+        return answer
+
+    return lambda cls: derive(cls, interfaces, make)
+
+
+@forwarding(ClientHandle)
 @dataclass(frozen=True)
-class RayClientHandle:
+class RayClientHandle(ClientHandle):
     """A client actor behind the :class:`~ring_actors.delivery.transport.ClientHandle` interface.
 
     ``max_bytes`` bounds the answers to its holder's pulls, which the holder sets
@@ -91,33 +140,21 @@ class RayClientHandle:
     actor: ray.actor.ActorHandle
     max_bytes: int | None = None
 
+    def dispatch(self, name: str, call: Call, *args: Any, **kwargs: Any) -> Any:
+        return call_actor(self.actor, name, call, args, kwargs)
+
     def receive(self, payload: Payload) -> RayPending:
+        """The payload's tensors travel as bytes."""
         return RayPending(self.actor.receive.remote(_to_wire(payload)))
 
     def serve(self, round_: int, keys: tuple[str, ...]) -> RayPending:
+        """The answer rebuilt from its bytes, refused past ``max_bytes``."""
         unpack = partial(_from_wire, max_bytes=self.max_bytes)
         return RayPending(self.actor.serve.remote(round_, keys), unpack)
 
-    def lap_result(self, name: str, round_: int) -> RayPending:
-        return RayPending(self.actor.lap_result.remote(name, round_))
-
-    def ping(self) -> RayPending:
-        return RayPending(self.actor.ping.remote())
-
     def set_view(self, view: View, handles: Mapping[int, ClientHandle]) -> None:
+        """The handles travel as a plain dict, whatever mapping the caller holds."""
         self.actor.set_view.remote(view, dict(handles))
-
-    def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
-        self.actor.start.remote(first_round, joining)
-
-    def resume(self) -> None:
-        self.actor.resume.remote()
-
-    def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None:
-        self.actor.hand_off.remote(joiner, handle, round_)
-
-    def journal(self) -> RayPending:
-        return RayPending(self.actor.journal.remote())
 
 
 def bounded(handles: Mapping[int, ClientHandle], max_bytes: int) -> dict[int, ClientHandle]:
@@ -127,38 +164,3 @@ def bounded(handles: Mapping[int, ClientHandle], max_bytes: int) -> dict[int, Cl
         member: replace(h, max_bytes=max_bytes) if isinstance(h, RayClientHandle) else h
         for member, h in handles.items()
     }
-
-
-@dataclass(frozen=True)
-class RayControlLink:
-    """The coordinator actor behind the :class:`~ring_actors.delivery.transport.ControlLink`."""
-
-    actor: ray.actor.ActorHandle
-
-    def report_round(self, client_id: int, round_: int, metrics: dict[str, float]) -> None:
-        self.actor.report_round.remote(client_id, round_, metrics)
-
-    def report_event(
-        self, kind: EventKind, client_id: int, round_: int, detail: str = "", **measured: float
-    ) -> None:
-        self.actor.report_event.remote(kind, client_id, round_, detail, **measured)
-
-    def leave(self, client_id: int, round_: int, off_s: float) -> None:
-        ray.get(self.actor.leave.remote(client_id, round_, off_s))
-
-    def come_back(self, client_id: int, round_: int) -> Readmission | None:
-        return ray.get(self.actor.come_back.remote(client_id, round_))
-
-    def report_unreachable(self, reporter: int, target: int, epoch: int) -> None:
-        self.actor.report_unreachable.remote(reporter, target, epoch)
-
-    def report_done(self, client_id: int, lost: int, hops: int, bytes_sent: int) -> None:
-        self.actor.report_done.remote(client_id, lost, hops, bytes_sent)
-
-    def report_failed(self, client_id: int, round_: int, error: str) -> None:
-        self.actor.report_failed.remote(client_id, round_, error)
-
-    def rejoin(
-        self, client_id: int, handle: ClientHandle, node_id: str, checkpoint_round: int | None
-    ) -> Readmission | None:
-        return ray.get(self.actor.rejoin.remote(client_id, handle, node_id, checkpoint_round))

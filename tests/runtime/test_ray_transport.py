@@ -1,6 +1,7 @@
 """How Ray's errors read to the cores: a peer whose process died is gone (its payload is
 re-sent past it), a peer being restarted is unavailable, and a receiver's own error is
-neither; and an answer to a pull is refused by its size before it is rebuilt."""
+neither; an answer to a pull is refused by its size before it is rebuilt; and each declared
+call is made over an actor as its declaration says."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import torch
 from ray.exceptions import OutOfMemoryError, WorkerCrashedError
 
 from ring_actors.delivery.payloads import Channel, Payload, PayloadError
-from ring_actors.delivery.transport import PeerGone
+from ring_actors.delivery.transport import Call, PeerGone, Reply
 from ring_actors.delivery.wire import to_wire
-from ring_actors.runtime.ray_transport import RayClientHandle, RayPending, bounded
+from ring_actors.runtime.ray_transport import RayClientHandle, RayPending, bounded, call_actor
 
 pytestmark = pytest.mark.slow  # starts Ray
 
@@ -67,3 +68,47 @@ def test_an_answer_to_a_pull_over_the_limit_is_refused_before_it_is_rebuilt(ray_
     large = bounded({1: publisher}, max_bytes=2**22)[1]
     with pytest.raises(PayloadError, match="non-finite"):  # within it: rebuilt and checked
         large.serve(0, ("w",)).result(60)
+
+
+@ray.remote
+class Client:
+    """A client actor's calls, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def lap_result(self, name: str, round_: int) -> tuple[str, int]:
+        return name, round_
+
+    def start(self, first_round: int = 0, joining=None) -> None:
+        self.calls.append(("start", first_round, joining))
+
+    def resume(self) -> None:
+        self.calls.append(("resume",))
+
+    def heard(self) -> list[tuple]:
+        return self.calls
+
+
+def test_a_handles_derived_calls_reach_the_client_actor_as_declared(ray_local):
+    actor = Client.remote()
+    handle = RayClientHandle(actor)
+    answer = handle.lap_result("mean", round_=2)
+    assert isinstance(answer, RayPending) and answer.result(60) == ("mean", 2)
+    assert handle.start(3) is None and handle.resume() is None  # one-way: sent, not waited on
+    assert ray.get(actor.heard.remote(), timeout=60) == [("start", 3, None), ("resume",)]
+
+
+def test_a_held_call_lets_its_caller_go_at_its_bound_and_an_answered_one_does_not(ray_local):
+    """A round's report held past the bound goes on (the journal keeps it); a call whose
+    answer the caller needs raises instead."""
+    peer = Peer.options(max_concurrency=4).remote()
+    started = time.monotonic()
+    assert call_actor(peer, "sleep", Call(Reply.HELD), (60,), {}, timeout_s=0.5) is None
+    with pytest.raises(TimeoutError):
+        call_actor(peer, "sleep", Call(Reply.ANSWER), (60,), {}, timeout_s=0.5)
+    assert time.monotonic() - started < 30
+    assert call_actor(peer, "ping", Call(Reply.ANSWER), (), {}, timeout_s=60) == 1
+    ray.kill(peer)
+    gone = call_actor(peer, "ping", Call(Reply.HELD), (), {}, timeout_s=60)
+    assert gone is None  # a callee gone costs a held call nothing further
