@@ -8,11 +8,15 @@ and the off periods of the availability model (``heterogeneity``) are seconds of
 of the client's own loop: a client back from a restart gets no fresh budget and does not live
 its off periods again, and those over before its loop began are none of its own.
 
-An off period takes effect at the first round boundary at or after its start: the round in
-progress is not cut (its laps and pushes are what its peers wait for); the client leaves
-right after it and stays off for the rest of the period. A period that begins and ends inside
-one round is over by then, and one begun in the last round has no round to leave after: each
-is recorded all the same, as an ``offline`` event of 0 s carrying its span, and not applied.
+An off period takes effect when it starts, as a device that goes away mid-round does: a
+watcher leaves the ring at that moment, so nobody waits for this client from then on. The
+round in progress stops at its next step (after the gather, the compute delay, training, each
+pass of a lap wait, before publishing): what it trained stays in its model, and nothing of the
+round goes out (no lap contribution, no push, no report). The client then stays off for the
+rest of the period and comes back into the round the ring lets it run. A period that begins at
+a round boundary is applied there; one that begins and ends while the client is not in a round
+(or before the watcher saw it) is recorded all the same, as an ``offline`` event of 0 s
+carrying its span, and not applied.
 Leaving and coming back are calls with a deadline (``timeouts.client_control_s``); one left
 unanswered is logged and the client goes on: a coordinator that missed the leave kept waiting
 for it, and one that missed the come-back bypasses it as hung once it is overdue, until its
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -31,20 +36,14 @@ from typing import Protocol
 from ring_actors.client.state import Events, Progress
 from ring_actors.config import Config
 from ring_actors.delivery.event_kinds import EventKind
-from ring_actors.delivery.transport import (
-    ClientHandle,
-    ControlLink,
-    PeerGone,
-    PeerUnavailable,
-    Pending,
-)
+from ring_actors.delivery.transport import UNANSWERED, ClientHandle, ControlLink, Pending
 from ring_actors.delivery.view import View
 from ring_actors.heterogeneity.model import Heterogeneity
 from ring_actors.timeouts import Timeouts
 
 log = logging.getLogger(__name__)
 
-UNANSWERED = (TimeoutError, PeerGone, PeerUnavailable)  # a call the coordinator did not answer
+PAUSE_TICK_S = 0.05  # how often a compute delay looks for an off period that began
 
 
 class AvailabilityHost(Events, Protocol):
@@ -70,6 +69,64 @@ class Availability:
         self.run_started_at = time.monotonic()  # the loop takes the run's clock as it begins
         self.next_period = 0  # the first off period not yet applied or recorded
         self.next_mark_s = self.config.eval.every_s or math.inf
+        self.lock = threading.Lock()  # the periods, between the watcher and the round loop
+        self.in_round = False
+        self.departed: tuple[float, float] | None = None  # a period applied mid-round
+        self.stopped = threading.Event()
+
+    def watch(self) -> None:
+        """Apply each off period that starts during a round when it starts (on a thread of
+        its own, until :meth:`stop`)."""
+        if self.hetero.offline_periods(self.id):
+            threading.Thread(target=self._watch, name=f"away-{self.id}", daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def round_started(self) -> None:
+        with self.lock:
+            self.in_round = True
+
+    def round_ended(self) -> None:
+        with self.lock:
+            self.in_round = False
+
+    def commit_round(self) -> bool:
+        """Whether the round may go out (publish, report): False if an off period began
+        during it. From here on a period that begins waits for the round's end."""
+        with self.lock:
+            self.in_round = False
+            return self.departed is None
+
+    def departing(self) -> bool:
+        """Whether an off period began during this round: the round stops at its next step."""
+        return self.departed is not None
+
+    def pause(self, delay_s: float) -> None:
+        """Sleep ``delay_s`` (a compute delay), cut short by an off period that begins."""
+        deadline = time.monotonic() + delay_s
+        while not self.departing() and time.monotonic() < deadline:
+            self.stopped.wait(min(PAUSE_TICK_S, deadline - time.monotonic()))
+
+    def _watch(self) -> None:
+        periods = self.hetero.offline_periods(self.id)
+        while not self.stopped.is_set():
+            with self.lock:
+                index = self.next_period
+            if index >= len(periods):
+                return
+            start, end = periods[index]
+            if self.stopped.wait(max(0.0, start - self.run_s())):
+                return
+            with self.lock:  # still the next, and mid-round: applied now, by this thread
+                leaves = self.next_period == index and self.in_round and end > self.run_s()
+                if leaves:
+                    self.next_period += 1
+                    self.departed = (start, end)
+            if leaves:
+                self._leave(end - self.run_s())
+            else:
+                self.stopped.wait(PAUSE_TICK_S)  # the round loop handles it at its boundary
 
     def take_run_clock(self) -> None:
         """Anchor this process's clock to the run's, and skip the off periods already over.
@@ -126,8 +183,13 @@ class Availability:
         return due
 
     def away_if_due(self, round_: int) -> int:
-        """At a round boundary: record each off period begun since the last one and over,
-        and go offline for the rest of one under way. The round to run next."""
+        """At a round boundary: stay off for the rest of a period applied mid-round, record
+        each off period begun since the last one and over, and go offline for the rest of one
+        under way. The round to run next."""
+        if self.departed is not None:
+            end = self.departed[1]
+            round_ = self._come_back(round_, end - self.run_s())
+            self.departed = None
         for start, end in self._begun():
             rest_s = end - self.run_s()
             if rest_s > 0:
@@ -145,9 +207,13 @@ class Availability:
     def _begun(self) -> Iterator[tuple[float, float]]:
         """The off periods begun by now and not yet handed out, each handed out once."""
         periods = self.hetero.offline_periods(self.id)
-        while self.next_period < len(periods) and periods[self.next_period][0] <= self.run_s():
-            self.next_period += 1
-            yield periods[self.next_period - 1]
+        while True:
+            with self.lock:
+                index = self.next_period
+                if index >= len(periods) or periods[index][0] > self.run_s():
+                    return
+                self.next_period += 1
+            yield periods[index]
 
     def _not_applied(self, start: float, end: float) -> None:
         round_ = self.progress.round
@@ -158,10 +224,16 @@ class Availability:
         """Leave the ring for ``off_s`` (the model, data and pending sends stay here; never
         past the time budget) and come back. The round to run next: the ring may have moved
         on while this client was away."""
+        self._leave(off_s)
+        return self._come_back(round_, off_s)
+
+    def _leave(self, off_s: float) -> None:
         try:
             self.control.leave(self.id, self.progress.completed, off_s)
         except UNANSWERED as err:
             log.warning("client %d: leave unanswered (%r); offline all the same", self.id, err)
+
+    def _come_back(self, round_: int, off_s: float) -> int:
         time.sleep(max(0.0, min(off_s, self.time_left())))
         try:
             back = self.control.come_back(self.id, self.progress.completed)

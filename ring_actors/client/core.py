@@ -60,6 +60,10 @@ log = logging.getLogger(__name__)
 KEEP_ROUNDS = 3  # rounds of inbox history and lap results kept: older ones never matter
 
 
+class LeftTheRing(Exception):
+    """An off period began mid-round: the round stops where it is."""
+
+
 class ClientCore:
     """Private data and model, a ``receive`` that only enqueues, and a round loop.
 
@@ -278,6 +282,7 @@ class ClientCore:
         """Every round from ``first_round`` on; a failure is reported, never swallowed."""
         try:
             self.availability.take_run_clock()
+            self.availability.watch()
             self.exchange.await_first_view()
             if joining is not None:
                 with self.slots.resident():
@@ -291,13 +296,22 @@ class ClientCore:
             log.exception("client %d failed in round %d", self.id, self.progress.round)
             text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
             self.control.report_failed(self.id, self.progress.round, text)
+        finally:
+            self.availability.stop()
 
     def _rounds(self, round_: int) -> None:
         """Round after round, to the last one or the end of the time budget."""
         while round_ < self.config.experiment.rounds and self.time_left() > 0:
             round_ = self.availability.away_if_due(round_)
             self.progress.round = round_
-            if not self.run_round(round_):
+            self.availability.round_started()
+            try:
+                trained = self.run_round(round_)
+            except LeftTheRing:  # an off period began: away, then the round the ring allows
+                continue
+            finally:
+                self.availability.round_ended()
+            if not trained:
                 return  # the time budget ran out while it waited
             self.progress.completed = round_
             self.laps.forget_before(round_ - KEEP_ROUNDS)
@@ -306,7 +320,8 @@ class ClientCore:
 
     def run_round(self, round_: int) -> bool:
         """Gather, merge and train, run the laps, evaluate, publish, and report; False
-        when the time budget ran out during the gather (nothing trained)."""
+        when the time budget ran out during the gather (nothing trained). An off period
+        that begins before the publish stops it (:class:`LeftTheRing`)."""
         if round_ > self.resumed_after and self.faults is not None:
             strike(self.config.faults, self.id, round_, self.faults)
         before = self._counters()
@@ -315,17 +330,31 @@ class ClientCore:
             return False
         delay = slow_delay(self.config.faults, self.id, round_)
         if delay:
-            time.sleep(delay)
+            self.availability.pause(delay)
+        self._stay_in_ring()
         trained = self.training.train(round_, received)
+        self._stay_in_ring()
         metrics = trained.metrics
         self.training.run_laps(round_, metrics)
+        self._stay_in_ring()
         if self.availability.evaluates(round_):
             metrics.update(self.training.evaluate(round_))
+        if not self.availability.commit_round():
+            raise LeftTheRing
         self.exchange.publish(round_)
         self.answers.hand_offs_due()
         metrics.update(self._measured(before, len(received), trained, delay))
         self._report_round(round_, metrics)
         return True
+
+    def _stay_in_ring(self) -> None:
+        """Stop the round here if an off period began during it: what it trained stays in
+        the model, nothing of it goes out."""
+        if self.availability.departing():
+            raise LeftTheRing
+
+    def departing(self) -> bool:
+        return self.availability.departing()
 
     def _counters(self) -> tuple[float, int, int, float]:
         """What a round's measures count from: the time, the outbox's bytes and hops, and

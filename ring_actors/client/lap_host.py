@@ -48,5 +48,8 @@ class LapHost(Protocol):
 
     def fetch_lap_result(self, leader: int, name: str, round_: int) -> LapResult | None: ...
 
+    def departing(self) -> bool:
+        """Whether an off period began mid-round: it takes part in no more of the lap."""
+
     def time_left(self) -> float:
         """Seconds of the run's time budget left (inf without one)."""

@@ -155,7 +155,7 @@ class RingLaps:
         led = 0  # attempts of either kind this client started as leader
         attempt_at, attempt_epoch = 0.0, -1
         last_progress = started
-        while True:
+        while not host.departing():
             done = self.result(name, round_)
             if done is not None:
                 wrong = mismatch(done.total, contribution)
@@ -242,6 +242,7 @@ class RingLaps:
                 0.25,
                 host.tick,
             )
+        return None  # an off period began: the others' lap goes on without this member
 
     def _by_engine(
         self, name: str, round_: int, contribution: dict[str, torch.Tensor]
@@ -250,6 +251,8 @@ class RingLaps:
         total is (members a round behind fetch it, a token or chunk of a member that fell
         back is answered with it); None: the ring lap goes."""
         assert self.engine is not None
+        if self.host.departing():
+            return None
         view = self.host.current_view
         total = self.engine.run(name, round_, contribution, view, self.host.time_left())
         if total is None:

@@ -372,11 +372,21 @@ def test_an_offline_client_leaves_rejoins_and_keeps_what_it_held(tmp_path):
         held["completed_back"] = core.completed
         return come_back(client_id, round_)
 
+    away_if_due = core.availability.away_if_due
+
+    def stopped_mid_round(round_):
+        """Left mid-round: what it holds is what it has when its round stops, not at the
+        leave (the round's step under way then still ends)."""
+        if core.availability.departing():
+            held["model"], held["completed"] = snapshot(), core.completed
+        return away_if_due(round_)
+
     run.coordinator.leave, run.coordinator.come_back = leaving, coming_back
+    core.availability.away_if_due = stopped_mid_round
     summary = run.run(timeout_s=120)
     offline = events(run, "offline")
     assert [e["client"] for e in offline] == [2]
-    assert 0 < offline[0]["duration_s"] <= 2.5 + 1e-6  # from its next round boundary to 3 s
+    assert 0 < offline[0]["duration_s"] <= 2.5 + 1e-6  # from when it began to 3 s
     bypass = [e for e in events(run, "bypass") if e["client"] == 2]
     rejoin = [e for e in events(run, "rejoin") if e["client"] == 2]
     assert len(bypass) == 1 and len(rejoin) == 1
