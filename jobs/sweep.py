@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if not todo:
         return 0
     parent = parent_run(points, sweep_dir)
-    from ring_actors.runtime.driver import (  # Ray only once every config is valid
+    from ring_actors.runtime.signals import (  # Ray only once every config is valid
         RunInterrupted,
         ray_session,
     )

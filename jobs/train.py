@@ -160,12 +160,9 @@ def _train(config: Config, args: argparse.Namespace) -> int:
     from ring_actors.data.sources import DatasetError, DatasetUnavailable
     from ring_actors.preflight.admission import AdmissionError
     from ring_actors.runtime.client_starts import LaunchError
-    from ring_actors.runtime.driver import (  # Ray: a valid config
-        RunInterrupted,
-        ray_session,
-        run_experiment,
-    )
+    from ring_actors.runtime.driver import run_experiment  # Ray: a valid config
     from ring_actors.runtime.follow import CoordinatorLost
+    from ring_actors.runtime.signals import RunInterrupted, ray_session
 
     output_dir = args.resume or args.output_dir
     resume = args.resume is not None

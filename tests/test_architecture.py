@@ -228,3 +228,17 @@ def test_ray_exposes_every_declared_call_of_the_actors_and_the_core_answers_it()
             assert name in meta.methods and callable(getattr(core, name, None)), name
             group = meta.concurrency_group_for_methods.get(name)
             assert group == (CONTROL_GROUP if call_of(declared).control else None), name
+
+
+MODULE_LINES_MAX = 400  # past it a module holds more than one job: split it
+
+
+def test_no_module_is_over_its_line_limit():
+    folders = (PACKAGE, ROOT / "jobs", ROOT / "topologies")
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for folder in folders
+        for path in folder.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MODULE_LINES_MAX
+    }
+    assert long == {}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -31,15 +30,15 @@ from ring_actors.client.lap_host import LapResult
 from ring_actors.client.method_factory import client_seed
 from ring_actors.client.resources import ClientData, SlotHolder, Ungated
 from ring_actors.client.ring_lap import RingLaps
+from ring_actors.client.round_meter import RoundMeter
 from ring_actors.client.slot_release import (
     IdleRelease,
-    accelerator_memory,
     idle_facts,
     offloads,
     offloads_parameters,
 )
 from ring_actors.client.state import Journal, Membership, PayloadSpecs, Progress, Published
-from ring_actors.client.training import Trained, Training, peak_rss_mb, scored
+from ring_actors.client.training import Training, scored
 from ring_actors.config import Config
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.inbox import Inbox
@@ -158,7 +157,9 @@ class ClientCore:
         )  # fmt: skip
         self.thread: threading.Thread | None = None
         self.resumed_after = -1  # a restarted client does not re-enter its fatal round's fault
-        self.cpu_mark = time.process_time()  # where the next round's process_cpu_s counts from
+        self.meter = RoundMeter(
+            self.outbox, self.slots, self.exchange, len(data.train), self.device
+        )
         self.slots.release()  # what building the method cached is not kept while waiting
 
     def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
@@ -324,7 +325,7 @@ class ClientCore:
         that begins before the publish stops it (:class:`LeftTheRing`)."""
         if round_ > self.resumed_after and self.faults is not None:
             strike(self.config.faults, self.id, round_, self.faults)
-        before = self._counters()
+        before = self.meter.start()
         received = self.exchange.gather(round_)
         if self.time_left() <= 0:
             return False
@@ -343,7 +344,7 @@ class ClientCore:
             raise LeftTheRing
         self.exchange.publish(round_)
         self.answers.hand_offs_due()
-        metrics.update(self._measured(before, len(received), trained, delay))
+        metrics.update(self.meter.measured(before, len(received), trained, delay))
         self._report_round(round_, metrics)
         return True
 
@@ -355,45 +356,6 @@ class ClientCore:
 
     def departing(self) -> bool:
         return self.availability.departing()
-
-    def _counters(self) -> tuple[float, int, int, float]:
-        """What a round's measures count from: the time, the outbox's bytes and hops, and
-        the time waited for a slot."""
-        outbox = self.outbox
-        return time.monotonic(), outbox.bytes_dispatched, outbox.hops, self.slots.waited_s
-
-    def _measured(
-        self, before: tuple[float, int, int, float], merged: int, trained: Trained, delay: float
-    ) -> dict[str, float]:
-        started, bytes_before, hops_before, slot_wait_before = before
-        measured = dict(
-            merged=float(merged),
-            train_s=trained.train_s,
-            train_cpu_s=trained.train_cpu_s,
-            process_cpu_s=self._process_cpu_s(),
-            slot_wait_s=self.slots.waited_s - slot_wait_before,
-            round_s=time.monotonic() - started,
-            compute_delay_s=trained.slowed_s,
-            gather_wait_s=self.exchange.gather_wait_s,
-            samples=float(len(self.data.train)),
-            bytes_sent=float(self.outbox.bytes_dispatched - bytes_before),
-            hops=float(self.outbox.hops - hops_before),  # with bytes_sent, outlives a crash
-            peak_rss_mb=peak_rss_mb(),
-            **accelerator_memory(self.device),
-        )
-        if delay:
-            measured["slow_delay_s"] = delay
-        return measured
-
-    def _process_cpu_s(self) -> float:
-        """The CPU every thread of this process used since the previous round's measures:
-        training, and all the framework does beside it (answering peers, the checkpoint
-        after the last report, Ray's own loop), so a run's cost per client-round beyond
-        training is read from its reports, without its launch. Clients that share a
-        process (the in-process ring) each report the process's whole."""
-        now = time.process_time()
-        used, self.cpu_mark = now - self.cpu_mark, now
-        return used
 
     def _report_round(self, round_: int, metrics: dict[str, float]) -> None:
         """Journal the report, checkpoint (a crash after it resumes from this round), then

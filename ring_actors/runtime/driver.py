@@ -6,15 +6,11 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import ray
@@ -46,6 +42,12 @@ from ring_actors.runtime.coordinator_actor import Coordinator
 from ring_actors.runtime.experiment import Experiment
 from ring_actors.runtime.follow import ask, wait_and_finalize
 from ring_actors.runtime.progress_bar import progress_note
+from ring_actors.runtime.signals import (
+    RunInterrupted,
+    signals_held,
+    sigterm_as_ctrl_c,
+    take_sigterm_back,
+)
 from ring_actors.runtime.worker_deaths import quiet_ray_notices
 from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
 from ring_actors.storage.durable import write_atomic
@@ -59,54 +61,6 @@ TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 class PlacementError(LaunchError):
     """The cluster cannot host every client the config asks for."""
-
-
-class RunInterrupted(RuntimeError):
-    """Interrupted again while the first interrupt's outputs were being written: the run
-    ends at once, its folder as the coordinator last wrote it (resumable)."""
-
-
-def _stop_as_ctrl_c(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM (``kill``, a batch scheduler, ``ray job stop``, a container's stop) stops a
-    run as Ctrl-C does: its outputs written, resumable."""
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def _signal_handlers(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
-    """``handlers`` in place within, the previous ones back after; in the main thread only,
-    the one Python lets set them."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-@contextmanager
-def signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM ignored within: for the steps that end a run (its actors killed,
-    Ray shut down), which an interrupt would leave half done, with a traceback and, in Ray's
-    own shutdown, a crash of the interpreter."""
-    with _signal_handlers({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
-        yield
-
-
-@contextmanager
-def ray_session() -> Iterator[None]:
-    """A command's use of Ray: a Ray that starts within is shut down on the way out, signals
-    held, instead of by Ray's exit hook, where a second Ctrl-C crashes the interpreter."""
-    started_here = not ray.is_initialized()
-    try:
-        yield
-    finally:
-        if started_here and ray.is_initialized():
-            with signals_held():
-                ray.shutdown()
 
 
 def _placement_message(config: Config, pending: int, waited: bool = True) -> str:
@@ -143,21 +97,8 @@ def connect_ray(
     ray.init(
         address=address, log_to_driver=False, configure_logging=False, runtime_env=env, **local
     )
-    _take_sigterm_back(on_sigterm)
+    take_sigterm_back(on_sigterm)
     return address is None
-
-
-def _take_sigterm_back(before: Any) -> None:
-    """SIGTERM handled from Python again, as before ``ray.init``.
-
-    ray.init sets a handler of its own (an exit through its atexit shutdown), and then its
-    native failure handler takes SIGTERM as a crash: a native stack dump, and the driver
-    gone before it stops the run. Set again from Python, the caller's handler (Ray's where
-    the caller had none) takes SIGTERM; the native handler keeps the crash signals.
-    """
-    if threading.current_thread() is threading.main_thread():
-        handler = signal.getsignal(signal.SIGTERM) if before == signal.SIG_DFL else before
-        signal.signal(signal.SIGTERM, handler)
 
 
 def default_output_dir(config: Config) -> Path:
@@ -362,7 +303,7 @@ def run_experiment(
     Ctrl-C or SIGTERM once stops the run and writes what exists; once more while that is
     written ends it at once (:class:`RunInterrupted`). ``resume`` continues it later.
     """
-    with _signal_handlers({signal.SIGTERM: _stop_as_ctrl_c}):
+    with sigterm_as_ctrl_c():
         experiment = launch(config, output_dir, resume)
         try:
             return _run(experiment, progress, resume)
