@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import threading
+import time
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -16,6 +19,12 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Reading every process's page tables costs CPU on the cores being measured, and the more so
+# the more processes a side runs: at 0.5 s it took 36.6 CPU-s from vs_flower.py's 8-client
+# ring run against 14.0 from Flower's, at 5 s 4.1-4.5 against 1.6, with the same peak PSS.
+SAMPLE_S = 5.0
+# Processes that hold a client: the ring's actors, Flower's, and the plain side's one process.
+CLIENT_TITLES = ("ray::ClientActor", "ray::ClientAppActor", "driver")
 
 
 def write_json(path: Path, record: Any, indent: int = 1) -> None:
@@ -161,3 +170,120 @@ def tree_cpu_s_by_kind(root: int | None = None) -> dict[str, float]:
         kind = "driver" if pid == root else ACTOR_KINDS.get(title, "ray")
         split[kind] = split.get(kind, 0.0) + table[pid].cpu_s + reaped_cpu_s(pid)
     return split
+
+
+def _read_rollup(pid: int) -> tuple[int, int] | None:
+    """(PSS, USS) of one process in kB, or None once it is gone."""
+    memory = memory_kb(pid)
+    return None if memory is None else (memory["Pss"], memory["Uss"])
+
+
+class TreeSampler(threading.Thread):
+    """Peak PSS of a process tree, the largest USS of one of its worker processes, and the
+    CPU time each kind of process used (as last seen before it exited)."""
+
+    def __init__(self, root: int, worker_of_root: bool, every_s: float = SAMPLE_S) -> None:
+        super().__init__(daemon=True)
+        self.root, self.worker_of_root, self.every_s = root, worker_of_root, every_s
+        self.own_cpu_s = 0.0  # what sampling cost: it shares the cores with the side measured
+        self.stop = threading.Event()
+        self.peak_pss_kb, self.samples, self.max_procs = 0, 0, 0
+        self.max_uss_kb: dict[str, int] = {}  # by process title ("ray::ClientActor", ...)
+        self.peak_pss_by_title: dict[str, int] = {}  # each title's total at the overall peak
+        self.cpu_s: dict[int, tuple[str, float]] = {}  # pid: (title, CPU seconds last seen)
+
+    def run(self) -> None:
+        started = time.thread_time()
+        while not self.stop.is_set():
+            self.sample()
+            self.own_cpu_s = time.thread_time() - started
+            self.stop.wait(self.every_s)
+
+    def sample(self) -> None:
+        total, by_title = 0, {}
+        table = process_table()
+        tree = descendants(self.root, table)
+        for pid in tree:
+            sizes = _read_rollup(pid)
+            if sizes is None:
+                continue
+            pss, uss = sizes
+            title = self.title(pid, command_line(pid))
+            self.cpu_s[pid] = (title, table[pid].cpu_s)
+            total += pss
+            by_title[title] = by_title.get(title, 0) + pss
+            if title.startswith("ray::") or (pid == self.root and self.worker_of_root):
+                self.max_uss_kb[title] = max(self.max_uss_kb.get(title, 0), uss)
+        self.samples += 1
+        self.max_procs = max(self.max_procs, len(tree))
+        if total > self.peak_pss_kb:
+            self.peak_pss_kb, self.peak_pss_by_title = total, by_title
+
+    def title(self, pid: int, cmdline: str) -> str:
+        if pid == self.root:
+            return "driver"
+        if cmdline.startswith("ray::"):
+            # "ray::<actor name>:ClientActor", "ray::ClientAppActor.run" in a method: one title
+            name = cmdline.split()[0].removeprefix("ray::").rsplit(":", 1)[-1]
+            return "ray::" + name.split(".")[0]
+        words = [w for w in cmdline.split() if not w.startswith("-")]
+        scripts = [w for w in words if w.endswith(".py")]  # python .../log_monitor.py
+        return Path((scripts or words or ["?"])[0]).name
+
+    def cpu_s_by_title(self) -> dict[str, float]:
+        """CPU seconds per process title, summed over its processes."""
+        totals: dict[str, float] = {}
+        for title, seconds in self.cpu_s.values():
+            totals[title] = totals.get(title, 0.0) + seconds
+        return {k: round(v, 1) for k, v in sorted(totals.items())}
+
+    def client_uss_mb(self) -> float:
+        """The largest USS of a client process (a Ray actor worker; plain: the one process)."""
+        values = [v for k, v in self.max_uss_kb.items() if k in CLIENT_TITLES]
+        return max(values, default=0) / 1024
+
+
+def process_cpu() -> dict[int, tuple[str, float]]:
+    """Every live process: (kind, user + system CPU seconds so far).
+
+    Processes that do not descend from this one (other users of the machine, another Ray
+    instance) are all of kind ``outside``.
+    """
+    table = process_table()
+    mine = descendants(os.getpid(), table)
+    return {
+        pid: (classify(pid, command_line(pid)) if pid in mine else "outside", facts.cpu_s)
+        for pid, facts in table.items()
+    }
+
+
+def classify(pid: int, cmdline: str) -> str:
+    if pid == os.getpid():
+        return "driver"
+    for needle, kind in (
+        ("ray::ClientActor", "client actors"),
+        ("ray::Coordinator", "coordinator actor"),
+        ("ray::IDLE", "idle ray workers"),
+        ("raylet", "raylet"),
+        ("gcs_server", "gcs_server"),
+        ("dashboard/agent.py", "dashboard agent"),
+        ("ray::DashboardAgent", "dashboard agent"),
+        ("ray::RuntimeEnvAgent", "runtime-env agent"),
+        ("runtime_env/agent", "runtime-env agent"),
+        ("dashboard", "dashboard"),
+        ("log_monitor", "log monitor"),
+        ("monitor.py", "monitor"),
+        ("ray", "other ray"),
+    ):
+        if needle in cmdline:
+            return kind
+    return "other of ours"
+
+
+def cpu_by_kind(before: dict, after: dict) -> dict[str, float]:
+    """CPU seconds used between two ``process_cpu`` snapshots, by kind of process."""
+    used: dict[str, float] = defaultdict(float)
+    for pid, (kind, seconds) in after.items():
+        start = before.get(pid, (kind, 0.0))[1]
+        used[kind] += seconds - start
+    return {k: round(v, 2) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0.005}

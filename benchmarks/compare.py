@@ -15,6 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.common import markdown_table
 from ring_actors.config import load_config
 from ring_actors.runtime.driver import run_experiment
 
@@ -76,25 +77,26 @@ def main() -> None:
                 with args.out.open("a") as handle:
                     handle.write(json.dumps(record) + "\n")
                 rows.append(record)
-                print(table_row(record), flush=True)
-    print("\n" + "\n".join([TABLE_HEADER, *map(table_row, rows)]))
+                print(markdown_table(HEADER, [table_row(record)]).splitlines()[-1], flush=True)
+    print("\n" + markdown_table(HEADER, map(table_row, rows)))
 
 
-TABLE_HEADER = (
-    "| dataset | partition | method | Local-T (%) | Global-T (%) | MB/round/client "
-    "| bytes/hop | wall (s) |\n|---|---|---|---|---|---|---|---|"
-)
+HEADER = ["dataset", "partition", "method", "Local-T (%)", "Global-T (%)", "MB/round/client",
+          "bytes/hop", "wall (s)"]  # fmt: skip
 
 
-def table_row(s: dict) -> str:
+def table_row(s: dict) -> list[str]:
     local, global_ = s["local_acc"], s["global_acc"]
-    return (
-        f"| {s['dataset']} | {s['partition']} | {s.get('method', s['algorithm'])} "
-        f"| {100 * local['mean']:.2f} ± {100 * local['std']:.2f} "
-        f"| {100 * global_['mean']:.2f} ± {100 * global_['std']:.2f} "
-        f"| {s.get('mb_per_round_per_client', 0.0):.3f} "
-        f"| {s['bytes_per_hop']:,.0f} | {s['wall_s']:.0f} |"
-    )
+    return [
+        s["dataset"],
+        s["partition"],
+        s.get("method", s["algorithm"]),
+        f"{100 * local['mean']:.2f} ± {100 * local['std']:.2f}",
+        f"{100 * global_['mean']:.2f} ± {100 * global_['std']:.2f}",
+        f"{s.get('mb_per_round_per_client', 0.0):.3f}",
+        f"{s['bytes_per_hop']:,.0f}",
+        f"{s['wall_s']:.0f}",
+    ]
 
 
 if __name__ == "__main__":

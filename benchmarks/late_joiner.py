@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import RESULTS
+from benchmarks.common import RESULTS, markdown_table
 from ring_actors.config import apply_overrides, config_from_dict
 from ring_actors.in_process import InProcessRing
 
@@ -95,10 +95,8 @@ def joiner_curves(args: argparse.Namespace, seed: int, start: str) -> list[dict[
 
 def table(rows: list[dict[str, Any]], rounds_after: int) -> str:
     """Markdown: per round after the join and start, the joiners' mean, over seeds."""
-    lines = [
-        "| round after join | start | Local-T (%) | Global-T (%) | MB handed to a joiner |",
-        "|---|---|---|---|---|",
-    ]
+    header = ["round after join", "start", "Local-T (%)", "Global-T (%)", "MB handed to a joiner"]
+    lines = []
     seeds = sorted({r["seed"] for r in rows})
     for after in range(1, rounds_after + 1):
         for start in STARTS:
@@ -116,10 +114,8 @@ def table(rows: list[dict[str, Any]], rounds_after: int) -> str:
                 spread = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
                 cells.append(f"{statistics.fmean(per_seed):.1f} ± {spread:.1f}")
             handed = [r["handed_mb"] for r in rows if r["start"] == start]
-            lines.append(
-                f"| {after} | {start} | {cells[0]} | {cells[1]} | {statistics.fmean(handed):.2f} |"
-            )
-    return "\n".join(lines)
+            lines.append([after, start, *cells, f"{statistics.fmean(handed):.2f}"])
+    return markdown_table(header, lines)
 
 
 def main() -> None:

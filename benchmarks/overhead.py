@@ -36,11 +36,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CLOCK_TICKS, command_line, descendants, process_table
+from benchmarks.common import CLOCK_TICKS, cpu_by_kind, markdown_table, process_cpu
 
 # ---- machine probes (plain /proc reads: no extra dependency) ------------------------------
 
@@ -63,52 +62,6 @@ def cpu_busy_idle() -> tuple[float, float]:
         fields = [int(v) for v in handle.readline().split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return (sum(fields[:8]) - idle) / CLOCK_TICKS, idle / CLOCK_TICKS
-
-
-def process_cpu() -> dict[int, tuple[str, float]]:
-    """Every live process: (kind, user + system CPU seconds so far).
-
-    Processes that do not descend from this one (other users of the machine, another Ray
-    instance) are all of kind ``outside``.
-    """
-    table = process_table()
-    mine = descendants(os.getpid(), table)
-    return {
-        pid: (classify(pid, command_line(pid)) if pid in mine else "outside", facts.cpu_s)
-        for pid, facts in table.items()
-    }
-
-
-def classify(pid: int, cmdline: str) -> str:
-    if pid == os.getpid():
-        return "driver"
-    for needle, kind in (
-        ("ray::ClientActor", "client actors"),
-        ("ray::Coordinator", "coordinator actor"),
-        ("ray::IDLE", "idle ray workers"),
-        ("raylet", "raylet"),
-        ("gcs_server", "gcs_server"),
-        ("dashboard/agent.py", "dashboard agent"),
-        ("ray::DashboardAgent", "dashboard agent"),
-        ("ray::RuntimeEnvAgent", "runtime-env agent"),
-        ("runtime_env/agent", "runtime-env agent"),
-        ("dashboard", "dashboard"),
-        ("log_monitor", "log monitor"),
-        ("monitor.py", "monitor"),
-        ("ray", "other ray"),
-    ):
-        if needle in cmdline:
-            return kind
-    return "other of ours"
-
-
-def cpu_by_kind(before: dict, after: dict) -> dict[str, float]:
-    """CPU seconds used between two ``process_cpu`` snapshots, by kind of process."""
-    used: dict[str, float] = defaultdict(float)
-    for pid, (kind, seconds) in after.items():
-        start = before.get(pid, (kind, 0.0))[1]
-        used[kind] += seconds - start
-    return {k: round(v, 2) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v > 0.005}
 
 
 # ---- the shared config -----------------------------------------------------------------------
@@ -362,30 +315,26 @@ def framework_cpu(run: dict[str, Any]) -> float:
 
 
 def report(runs: list[dict[str, Any]], clients: list[int]) -> str:
-    lines = [
-        "| N | plain samples/s | ring samples/s (summary) | ring / plain | paired ratios "
-        "(per repeat) | ring samples/s (to last report) | ring / plain |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = ["N", "plain samples/s", "ring samples/s (summary)", "ring / plain",
+              "paired ratios (per repeat)", "ring samples/s (to last report)",
+              "ring / plain"]  # fmt: skip
+    throughput = []
     for n in clients:
         plain = [r for r in runs if r["clients"] == n and r["side"] == "plain"]
         ring = [r for r in runs if r["clients"] == n and r["side"] == "ring"]
         p, s = median(plain, "samples_per_s"), median(ring, "samples_per_s")
         q = median(ring, "samples_per_s_to_last_report")
         pairs = paired(runs, n, "samples_per_s")
-        lines.append(
-            f"| {n} | {p:.0f} | {s:.0f} | {s / p:.3f} | "
-            f"{', '.join(f'{x:.3f}' for x in pairs)} (median {statistics.median(pairs):.3f}) | "
-            f"{q:.0f} | {q / p:.3f} |"
-        )
-    lines += [
-        "",
-        "| N | plain wall s | ring wall s | plain s/round (train_round) | ring s/round "
-        "(`train_s`: wait + merge + train) | ring s between a client's reports | "
-        "plain workers CPU s | ring actors CPU s | ring other Ray CPU s | "
-        "idle CPU s plain / ring | outside CPU s plain / ring | loads before |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        ratios = ", ".join(f"{x:.3f}" for x in pairs)
+        throughput.append([n, f"{p:.0f}", f"{s:.0f}", f"{s / p:.3f}",
+                           f"{ratios} (median {statistics.median(pairs):.3f})", f"{q:.0f}",
+                           f"{q / p:.3f}"])  # fmt: skip
+    header_cpu = ["N", "plain wall s", "ring wall s", "plain s/round (train_round)",
+                  "ring s/round (`train_s`: wait + merge + train)",
+                  "ring s between a client's reports", "plain workers CPU s", "ring actors CPU s",
+                  "ring other Ray CPU s", "idle CPU s plain / ring", "outside CPU s plain / ring",
+                  "loads before"]  # fmt: skip
+    cpu = []
     for n in clients:
         plain = [r for r in runs if r["clients"] == n and r["side"] == "plain"]
         ring = [r for r in runs if r["clients"] == n and r["side"] == "ring"]
@@ -393,16 +342,15 @@ def report(runs: list[dict[str, Any]], clients: list[int]) -> str:
             r["framework_cpu_s"] = framework_cpu(r)
             r["actors_cpu_s"] = r["cpu_by_kind"].get("client actors", 0.0)
         loads = ", ".join(f"{r['load_before']:.2f}" for r in plain + ring)
-        lines.append(
-            f"| {n} | {median(plain, 'wall_s'):.1f} | {median(ring, 'wall_s'):.1f} | "
-            f"{median(plain, 'round_s_mean'):.2f} | {median(ring, 'train_s_mean'):.2f} | "
-            f"{median(ring, 'round_gap_s_mean'):.2f} | {median(plain, 'cpu_s_workers'):.1f} | "
-            f"{median(ring, 'actors_cpu_s'):.1f} | {median(ring, 'framework_cpu_s'):.1f} | "
-            f"{median(plain, 'machine_idle_s'):.1f} / {median(ring, 'machine_idle_s'):.1f} | "
-            f"{median(plain, 'outside_cpu_s'):.1f} / {median(ring, 'outside_cpu_s'):.1f} | "
-            f"{loads} |"
-        )
-    return "\n".join(lines)
+        cpu.append([
+            n, f"{median(plain, 'wall_s'):.1f}", f"{median(ring, 'wall_s'):.1f}",
+            f"{median(plain, 'round_s_mean'):.2f}", f"{median(ring, 'train_s_mean'):.2f}",
+            f"{median(ring, 'round_gap_s_mean'):.2f}", f"{median(plain, 'cpu_s_workers'):.1f}",
+            f"{median(ring, 'actors_cpu_s'):.1f}", f"{median(ring, 'framework_cpu_s'):.1f}",
+            f"{median(plain, 'machine_idle_s'):.1f} / {median(ring, 'machine_idle_s'):.1f}",
+            f"{median(plain, 'outside_cpu_s'):.1f} / {median(ring, 'outside_cpu_s'):.1f}",
+            loads])  # fmt: skip
+    return markdown_table(header, throughput) + "\n\n" + markdown_table(header_cpu, cpu)
 
 
 def main(argv: list[str] | None = None) -> int:

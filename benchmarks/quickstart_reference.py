@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.common import markdown_table
 from ring_actors.run_setting import METHOD, setting_keys
 
 
@@ -86,15 +87,13 @@ def reference(runs: list[dict[str, Any]], command: str) -> dict[str, Any]:
 
 
 def table(record: dict[str, Any]) -> str:
-    lines = ["| method (3 seeds) | Local-T | Global-T | Global-T per seed |", "|---|---|---|---|"]
+    rows = []
     for method, figures in record["methods"].items():
         loc, glo = figures["local_acc"], figures["global_acc"]
         per_seed = ", ".join(f"{100 * v:.2f}" for v in glo["per_seed"])
-        lines.append(
-            f"| {method} | {100 * loc['mean']:.2f} ± {100 * loc['std']:.2f} | "
-            f"{100 * glo['mean']:.2f} ± {100 * glo['std']:.2f} | {per_seed} |"
-        )
-    return "\n".join(lines)
+        rows.append([method, f"{100 * loc['mean']:.2f} ± {100 * loc['std']:.2f}",
+                     f"{100 * glo['mean']:.2f} ± {100 * glo['std']:.2f}", per_seed])  # fmt: skip
+    return markdown_table(["method (3 seeds)", "Local-T", "Global-T", "Global-T per seed"], rows)
 
 
 def main(argv: list[str] | None = None) -> None:

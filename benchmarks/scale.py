@@ -29,8 +29,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO
-from benchmarks.vs_flower import TreeSampler
+from benchmarks.common import REPO, TreeSampler, markdown_table
 
 
 def overrides(spec: dict[str, Any], tmp: Path) -> list[str]:
@@ -150,23 +149,19 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = (
-        "| clients | nodes | method | mode | torch | s/round | samples/s | to round 0 s "
-        "| peak PSS GB | max client USS MB | killed | Local-T |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"
-    )
-    return "\n".join([head, *(_row(r) for r in results)])
+    header = ["clients", "nodes", "method", "mode", "torch", "s/round", "samples/s",
+              "to round 0 s", "peak PSS GB", "max client USS MB", "killed", "Local-T"]  # fmt: skip
+    return markdown_table(header, (_row(r) for r in results))
 
 
-def _row(r: dict[str, Any]) -> str:
-    run = f"| {r['clients']} | {r['nodes']} | {r['algorithm']} | {r['mode']} | {r['torch']} "
+def _row(r: dict[str, Any]) -> list[object]:
+    """A run's cells; a refused run's reason in one cell after what it was."""
+    run = [r["clients"], r["nodes"], r["algorithm"], r["mode"], r["torch"]]
     if "refused" in r:
-        return run + f"| refused by the admission check: {r['refused']} |"
-    return run + (
-        f"| {r['round_s']:.1f} | {r['samples_per_s']:.0f} | {r['to_round0_s']:.1f} "
-        f"| {r['peak_pss_gb']:.2f} | {r['client_uss_mb']:.0f} | {r['killed']} "
-        f"| {100 * r['local_acc']:.1f} |"
-    )
+        return [*run, f"refused by the admission check: {r['refused']}"]
+    return [*run, f"{r['round_s']:.1f}", f"{r['samples_per_s']:.0f}", f"{r['to_round0_s']:.1f}",
+            f"{r['peak_pss_gb']:.2f}", f"{r['client_uss_mb']:.0f}", r["killed"],
+            f"{100 * r['local_acc']:.1f}"]  # fmt: skip
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO
+from benchmarks.common import REPO, cpu_by_kind, markdown_table, process_cpu
 
 # ---- the traced child: the CLI with wall-clock marks around its phases ------------------------
 
@@ -125,8 +125,6 @@ def round0_times(out: Path) -> dict[str, float]:
 
 
 def run_once(kind: str, overrides: list[str], cold_cache: bool) -> dict[str, Any]:
-    from benchmarks.overhead import cpu_by_kind, process_cpu
-
     with tempfile.TemporaryDirectory(prefix="ring-startup-") as tmp:
         tmp_path = Path(tmp)
         out, marks_path = tmp_path / "out", tmp_path / "marks.json"
@@ -198,9 +196,8 @@ def report(runs: list[dict[str, Any]]) -> str:
             f"real CLI, median of {len(cli)} (loads before: "
             + ", ".join(f"{r['load_before']:.2f}" for r in cli)
             + "), seconds after spawn:",
-            "| event | s |",
-            "|---|---|",
         ]
+        events = []
         for key, label in (
             ("mlflow_run_created", "MLflow run created (coordinator constructed)"),
             ("start_clients", "start_clients (rounds begin)"),
@@ -208,23 +205,23 @@ def report(runs: list[dict[str, Any]]) -> str:
             ("round0_all_reported", "every client's round 0 reported"),
             ("exited", "process exit (2 rounds, outputs written)"),
         ):
-            lines.append(f"| {label} | {med(cli, key):.1f} |")
-        lines.append(
-            f"| round 0 `train_s` (mean over clients) | {med(cli, 'round0_train_s_mean'):.1f} |"
-        )
+            events.append([label, f"{med(cli, key):.1f}"])
+        train_s = f"{med(cli, 'round0_train_s_mean'):.1f}"
+        events.append(["round 0 `train_s` (mean over clients)", train_s])
+        lines.append(markdown_table(["event", "s"], events))
     if traced:
         lines += [
             "",
             f"traced breakdown, median of {len(traced)} (loads before: "
             + ", ".join(f"{r['load_before']:.2f}" for r in traced)
             + "):",
-            "| phase | s | ends at s |",
-            "|---|---|---|",
         ]
+        phases = []
         for label, start, end in PHASES:
             duration = statistics.median(r[end] - (r[start] if start else 0.0) for r in traced)
-            lines.append(f"| {label} | {duration:.2f} | {med(traced, end):.1f} |")
-        lines.append(f"| (MLflow run created at) | | {med(traced, 'mlflow_run_created'):.1f} |")
+            phases.append([label, f"{duration:.2f}", f"{med(traced, end):.1f}"])
+        phases.append(["(MLflow run created at)", "", f"{med(traced, 'mlflow_run_created'):.1f}"])
+        lines.append(markdown_table(["phase", "s", "ends at s"], phases))
     return "\n".join(lines)
 
 

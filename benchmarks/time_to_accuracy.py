@@ -55,6 +55,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import torch
 
+from benchmarks.common import markdown_table
 from ring_actors.config import Config, apply_overrides, config_from_dict
 from ring_actors.in_process import InProcessRing
 from ring_actors.report.mlflow_io import log_report
@@ -242,13 +243,12 @@ def cell(values: list[float | None], fmt: str = "{:.1f}", scale: float = 1.0) ->
 
 
 def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    lines = [
-        f"| arm | s to Global-T {100 * args.target_global:.0f}% | s to Local-T "
-        f"{100 * args.target_local:.0f}% | Global-T at the end (%) | Local-T at the end (%) "
-        "| rounds per client: mean (fewest-most) | offline periods "
-        "| slot wait: mean (largest) | gather wait: mean (largest) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["arm", f"s to Global-T {100 * args.target_global:.0f}%",
+              f"s to Local-T {100 * args.target_local:.0f}%", "Global-T at the end (%)",
+              "Local-T at the end (%)", "rounds per client: mean (fewest-most)",
+              "offline periods", "slot wait: mean (largest)",
+              "gather wait: mean (largest)"]  # fmt: skip
+    rows = []
     for arm in ARMS:
         mine = [r for r in results if r["arm"] == arm]
         if not mine:
@@ -257,16 +257,18 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         mean_rounds = statistics.fmean(statistics.fmean(r) for r in rounds)
         fewest = statistics.fmean(min(r) for r in rounds)
         most = statistics.fmean(max(r) for r in rounds)
-        lines.append(
-            f"| {arm} | {cell([r['global_acc_time_to_target'] for r in mine])} "
-            f"| {cell([r['local_acc_time_to_target'] for r in mine])} "
-            f"| {cell([r['global_acc_final'] for r in mine], scale=100)} "
-            f"| {cell([r['local_acc_final'] for r in mine], scale=100)} "
-            f"| {mean_rounds:.1f} ({fewest:.1f}-{most:.1f}) "
-            f"| {statistics.fmean(r['offline_periods'] for r in mine):.1f} "
-            f"| {_share(mine, 'slot_wait')} | {_share(mine, 'gather_wait')} |"
-        )
-    return "\n".join(lines)
+        rows.append([
+            arm,
+            cell([r["global_acc_time_to_target"] for r in mine]),
+            cell([r["local_acc_time_to_target"] for r in mine]),
+            cell([r["global_acc_final"] for r in mine], scale=100),
+            cell([r["local_acc_final"] for r in mine], scale=100),
+            f"{mean_rounds:.1f} ({fewest:.1f}-{most:.1f})",
+            f"{statistics.fmean(r['offline_periods'] for r in mine):.1f}",
+            _share(mine, "slot_wait"),
+            _share(mine, "gather_wait"),
+        ])  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def _share(runs: list[dict[str, Any]], key: str) -> str:

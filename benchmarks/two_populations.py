@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from benchmarks.common import markdown_table
 from ring_actors.config import load_config
 from ring_actors.runtime.driver import run_experiment
 
@@ -86,10 +87,9 @@ def main() -> None:
     args = parser.parse_args()
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    print(
-        "| method | known acc (%) | agnostic acc (%) | Comm wire (MB) | Comm upload (MB) "
-        "| Initia hand-off (MB) | wall (s) |\n|---|---|---|---|---|---|---|"
-    )
+    header = ["method", "known acc (%)", "agnostic acc (%)", "Comm wire (MB)",
+              "Comm upload (MB)", "Initia hand-off (MB)", "wall (s)"]  # fmt: skip
+    print(markdown_table(header, []))
     for method in args.methods:
         name, _, extra = method.partition(":")
         config = load_config(
@@ -127,12 +127,10 @@ def main() -> None:
         }
         with args.out.open("a") as handle:
             handle.write(json.dumps(record, default=float) + "\n")
-        print(
-            f"| {method} | {100 * result['known_acc']:.2f} | {100 * result['agnostic_acc']:.2f} "
-            f"| {result['comm_wire_mb']:.1f} | {result['comm_upload_mb']:.1f} "
-            f"| {result['initia_handoff_mb']:.2f} | {summary['wall_s']:.0f} |",
-            flush=True,
-        )
+        row = [method, f"{100 * result['known_acc']:.2f}", f"{100 * result['agnostic_acc']:.2f}",
+               f"{result['comm_wire_mb']:.1f}", f"{result['comm_upload_mb']:.1f}",
+               f"{result['initia_handoff_mb']:.2f}", f"{summary['wall_s']:.0f}"]  # fmt: skip
+        print(markdown_table(header, [row]).splitlines()[-1], flush=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ peers (``communicate``), then every device in turn aggregates, evaluates and tra
 
 Both sides get the same partitions, the same local and global test sets and the same options
 (lr, decay, momentum 0.5, threshold, mu, peers per round, batch, epochs); ours runs on the
-in-process ring (``benchmarks.fidelity.run_ring``, sync mode) on the dynamic topology with
+in-process ring (``benchmarks.fidelity_ring.run_ring``, sync mode) on the dynamic topology with
 ``divergence=js``, the measure the official code computes. What stays different is each
 side's own: the official ``SimpleCNN`` against our ``cnn`` backbone, and the official rules
 themselves (see HISTORY.md). Per round and client the JSON keeps the decision (dropout, peers
@@ -50,8 +50,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from benchmarks.common import mean_std
-from benchmarks.fidelity import RESULTS, Setting, ring_data, run_ring
+from benchmarks.common import RESULTS, markdown_table, mean_std
+from benchmarks.fidelity_ring import Setting, ring_data, run_ring
 from ring_actors.data.images import LabelledImages
 from ring_actors.data.sources import DatasetArrays, load_dataset
 from ring_actors.models import build_backbone
@@ -316,22 +316,18 @@ def _cell(rows: list[dict], key: str, scale: float = 1.0, digits: int = 2) -> st
 
 def table(runs: list[dict], last: int) -> str:
     """Markdown: one row per side, mean ± std over seeds; the divergence range pools them."""
-    lines = [
-        "| side | Local-T | Global-T | dropout (copy one peer) | peers pulled whole "
-        "| peers pulled extractor only | divergence median | divergence range |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["side", "Local-T", "Global-T", "dropout (copy one peer)", "peers pulled whole",
+              "peers pulled extractor only", "divergence median", "divergence range"]  # fmt: skip
+    lines = []
     for side in dict.fromkeys(r["side"] for r in runs):
         rows = [describe(r, last) for r in runs if r["side"] == side]
         cell = functools.partial(_cell, rows)
         low = min(r["divergence_min"] for r in rows)
         high = max(r["divergence_max"] for r in rows)
-        lines.append(
-            f"| {side} | {cell('local', 100, 1)} | {cell('global', 100, 1)} "
-            f"| {cell('dropout')} | {cell('whole')} | {cell('feature_only')} "
-            f"| {cell('divergence_median', 1, 3)} | {low:.4f} - {high:.3f} |"
-        )
-    return "\n".join(lines)
+        lines.append([side, cell("local", 100, 1), cell("global", 100, 1), cell("dropout"),
+                      cell("whole"), cell("feature_only"), cell("divergence_median", 1, 3),
+                      f"{low:.4f} - {high:.3f}"])  # fmt: skip
+    return markdown_table(header, lines)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,21 +57,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, command_line, descendants, memory_kb, process_table
+from benchmarks.common import REPO, SAMPLE_S, TreeSampler, markdown_table
 
 SIDES = ("plain", "flower", "ring")
-# Reading every process's page tables costs CPU on the cores being measured, and the more so
-# the more processes a side runs: at 0.5 s it took 36.6 CPU-s from the ring's 8-client run
-# against 14.0 from Flower's, at 5 s 4.1-4.5 against 1.6, with the same peak PSS.
-SAMPLE_S = 5.0
-# Processes that hold a client: the ring's actors, Flower's, and the plain side's one process.
-CLIENT_TITLES = ("ray::ClientActor", "ray::ClientAppActor", "driver")
 
 
 # ---- the shared workload ----------------------------------------------------------------------
@@ -505,77 +498,6 @@ WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 # ---- outside measurements ----------------------------------------------------------------------
 
 
-def _read_rollup(pid: int) -> tuple[int, int] | None:
-    """(PSS, USS) of one process in kB, or None once it is gone."""
-    memory = memory_kb(pid)
-    return None if memory is None else (memory["Pss"], memory["Uss"])
-
-
-class TreeSampler(threading.Thread):
-    """Peak PSS of a process tree, the largest USS of one of its worker processes, and the
-    CPU time each kind of process used (as last seen before it exited)."""
-
-    def __init__(self, root: int, worker_of_root: bool, every_s: float = SAMPLE_S) -> None:
-        super().__init__(daemon=True)
-        self.root, self.worker_of_root, self.every_s = root, worker_of_root, every_s
-        self.own_cpu_s = 0.0  # what sampling cost: it shares the cores with the side measured
-        self.stop = threading.Event()
-        self.peak_pss_kb, self.samples, self.max_procs = 0, 0, 0
-        self.max_uss_kb: dict[str, int] = {}  # by process title ("ray::ClientActor", ...)
-        self.peak_pss_by_title: dict[str, int] = {}  # each title's total at the overall peak
-        self.cpu_s: dict[int, tuple[str, float]] = {}  # pid: (title, CPU seconds last seen)
-
-    def run(self) -> None:
-        started = time.thread_time()
-        while not self.stop.is_set():
-            self.sample()
-            self.own_cpu_s = time.thread_time() - started
-            self.stop.wait(self.every_s)
-
-    def sample(self) -> None:
-        total, by_title = 0, {}
-        table = process_table()
-        tree = descendants(self.root, table)
-        for pid in tree:
-            sizes = _read_rollup(pid)
-            if sizes is None:
-                continue
-            pss, uss = sizes
-            title = self.title(pid, command_line(pid))
-            self.cpu_s[pid] = (title, table[pid].cpu_s)
-            total += pss
-            by_title[title] = by_title.get(title, 0) + pss
-            if title.startswith("ray::") or (pid == self.root and self.worker_of_root):
-                self.max_uss_kb[title] = max(self.max_uss_kb.get(title, 0), uss)
-        self.samples += 1
-        self.max_procs = max(self.max_procs, len(tree))
-        if total > self.peak_pss_kb:
-            self.peak_pss_kb, self.peak_pss_by_title = total, by_title
-
-    def title(self, pid: int, cmdline: str) -> str:
-        if pid == self.root:
-            return "driver"
-        if cmdline.startswith("ray::"):
-            # "ray::<actor name>:ClientActor", "ray::ClientAppActor.run" in a method: one title
-            name = cmdline.split()[0].removeprefix("ray::").rsplit(":", 1)[-1]
-            return "ray::" + name.split(".")[0]
-        words = [w for w in cmdline.split() if not w.startswith("-")]
-        scripts = [w for w in words if w.endswith(".py")]  # python .../log_monitor.py
-        return Path((scripts or words or ["?"])[0]).name
-
-    def cpu_s_by_title(self) -> dict[str, float]:
-        """CPU seconds per process title, summed over its processes."""
-        totals: dict[str, float] = {}
-        for title, seconds in self.cpu_s.values():
-            totals[title] = totals.get(title, 0.0) + seconds
-        return {k: round(v, 1) for k, v in sorted(totals.items())}
-
-    def client_uss_mb(self) -> float:
-        """The largest USS of a client process (a Ray actor worker; plain: the one process)."""
-        values = [v for k, v in self.max_uss_kb.items() if k in CLIENT_TITLES]
-        return max(values, default=0) / 1024
-
-
 def run_side(side: str, python: str, spec: dict[str, Any], tmp: Path, label: str) -> dict[str, Any]:
     """Run one side's worker in a subprocess, measured from the outside."""
     stem = re.sub(r"[^\w.=-]+", "_", label).strip("_")  # "flower (num_cpus=1)": flower_num_cpus=1
@@ -693,35 +615,30 @@ def flower_python(args: argparse.Namespace) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = [
-        "| side | s/round | first round s | whole command s | peak PSS GB | "
-        "max client USS MB | Local-T |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = ["side", "s/round", "first round s", "whole command s", "peak PSS GB",
+              "max client USS MB", "Local-T"]  # fmt: skip
+    rows = []
     for r in results:
         per_round = f"{r['s_per_round']:.2f}"
         if "floor_s_per_round" in r:
             per_round += f" (floor {r['floor_s_per_round']:.2f})"
-        lines.append(
-            f"| {r['side']} | {per_round} | {r['first_round_s']:.2f} | {r['command_s']:.1f} | "
-            f"{r['peak_pss_gb']:.2f} | {r['max_client_uss_mb']:.0f} | {r['local_acc']:.2%} |"
-        )
-    return "\n".join(lines)
+        rows.append([r["side"], per_round, f"{r['first_round_s']:.2f}", f"{r['command_s']:.1f}",
+                     f"{r['peak_pss_gb']:.2f}", f"{r['max_client_uss_mb']:.0f}",
+                     f"{r['local_acc']:.2%}"])  # fmt: skip
+    return markdown_table(header, rows)
 
 
 def breakdown_table(results: list[dict[str, Any]]) -> str:
     """Each side's client-round by phase (medians, seconds) and its compute share."""
     phases = sorted({k for r in results for k in r.get("breakdown", {}) if k.endswith("_median")})
-    lines = [
-        "| side | " + " | ".join(p.removesuffix("_median") for p in phases) + " | compute share |",
-        "|---|" + "---|" * (len(phases) + 1),
-    ]
+    header = ["side", *(p.removesuffix("_median") for p in phases), "compute share"]
+    rows = []
     for r in results:
         cells = [r.get("breakdown", {}).get(p) for p in phases]
         shown = ["" if c is None else f"{c:.2f}" for c in cells]
         share = r.get("breakdown", {}).get("compute_share")
-        lines.append(f"| {r['side']} | " + " | ".join(shown) + f" | {share or 0:.2f} |")
-    return "\n".join(lines)
+        rows.append([r["side"], *shown, f"{share or 0:.2f}"])
+    return markdown_table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

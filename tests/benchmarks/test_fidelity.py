@@ -12,15 +12,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from benchmarks.fidelity import (
-    Setting,
-    as_report_run,
-    main,
-    round_records,
-    run_config,
-    run_ring,
-    shared_spread,
-)
+from benchmarks.fidelity import as_report_run, main
+from benchmarks.fidelity_ring import Setting, round_records, run_config, run_ring, shared_spread
 from ring_actors.data.client_splits import split_for
 from ring_actors.data.partition_file import partition_digest
 from ring_actors.data.sources import load_dataset

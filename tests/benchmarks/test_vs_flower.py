@@ -39,7 +39,7 @@ def test_the_memory_sampler_reports_what_sampling_cost():
     import os
     import time
 
-    from benchmarks.vs_flower import TreeSampler
+    from benchmarks.common import TreeSampler
 
     sampler = TreeSampler(os.getpid(), True, every_s=0.05)
     sampler.start()

@@ -17,7 +17,7 @@ QUICKSTART_BASELINE = DEFAULT_CONFIG.with_suffix(".baseline.json")
 
 
 def fake_run(spec: str, local: float, global_: float) -> dict:
-    """What ``benchmarks.fidelity.run_ring`` records, reduced to one evaluated round."""
+    """What ``benchmarks.fidelity_ring.run_ring`` records, reduced to one evaluated round."""
     return {"spec": spec, "rounds": [{"local": [local], "global": [global_], "mb_sent": [0.0]}]}
 
 

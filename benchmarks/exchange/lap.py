@@ -1,5 +1,5 @@
 """A lap of N client cores alone, no training and no coordinator, beside the bound of a
-bandwidth-optimal ring all-reduce (``benchmarks/exchange.py`` runs it: ``--parts lap``).
+bandwidth-optimal ring all-reduce (``python -m benchmarks.exchange --parts lap`` runs it).
 
 Every member contributes the same model state to one lap of ``RingLaps``, in chunks or as
 one token (``schedule.chunked_laps``: always or never); the lap takes from the first member's

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.exchange_lap import QuietControl
+from benchmarks.exchange.lap import QuietControl
 from ring_actors.client.core import KEEP_ROUNDS, ClientCore
 from ring_actors.client.lap_host import LapResult
 from ring_actors.client.method_factory import build_algorithm

@@ -1,0 +1,96 @@
+"""The framework's CPU per client-round beyond training: ``run_experiment`` of a method with
+tiny training, this process and every process below it read before and after."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from benchmarks.common import tree_cpu_s_by_kind
+from ring_actors.config import config_from_dict
+from ring_actors.coordinator.history import read_history
+from ring_actors.storage.run_folder import RunFolder
+
+
+def overhead_run(
+    method: str, clients: int, rounds: int, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
+    from ring_actors.runtime.driver import run_experiment
+
+    config = config_from_dict(
+        {
+            "experiment": {"name": "exchange", "seed": 0, "rounds": rounds},
+            "data": {
+                "dataset": args.dataset,
+                "max_train_per_client": args.samples,
+                "partition": {"kind": "iid"},
+            },
+            "clients": {
+                "count": clients,
+                "num_cpus": args.cores / clients,
+                "local_epochs": 1,
+                "checkpoint": not args.no_checkpoint,
+            },
+            "algorithm": {"name": method},
+            "schedule": {"chunked_laps": args.chunked_laps},
+            "eval": {"every": rounds, "global_max_samples": 100},
+            "tracking": {"uri": f"sqlite:///{out / 'mlflow.db'}"},
+        }
+    )
+    before = tree_cpu_s_by_kind()
+    started = time.monotonic()
+    summary = run_experiment(config, out / "run", progress=False)
+    wall_s = time.monotonic() - started
+    after = tree_cpu_s_by_kind()  # Ray still up: its processes are read, not lost
+    ray.shutdown()
+    by_kind = {kind: after[kind] - before.get(kind, 0.0) for kind in after}
+    history = read_history(RunFolder(out / "run").coordinator_history)
+    # Every client-round's report: metrics.parquet holds only the scored rounds.
+    reports = [(r, m) for r, by_client in history.by_round.items() for m in by_client.values()]
+    train_cpu_s = sum(m.get("train_cpu_s", 0.0) for _, m in reports)
+    # Round 0 also counts the client's start, from its construction.
+    beyond = [m["process_cpu_s"] - m["train_cpu_s"] for r, m in reports if r > 0]
+    return {
+        "rounds": rounds,
+        "rounds_completed": summary["rounds_completed"],
+        "wall_s": wall_s,
+        "cpu_s": sum(by_kind.values()),
+        "cpu_s_by_kind": by_kind,
+        "train_cpu_s": train_cpu_s,
+        "trained_client_rounds": sum("train_cpu_s" in m for _, m in reports),
+        "core_s_per_client_round": (sum(by_kind.values()) - train_cpu_s) / (clients * rounds),
+        "clients_own_core_s_beyond_training": statistics.mean(beyond) if beyond else None,
+    }
+
+
+def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path) -> dict:
+    runs = [
+        overhead_run(method, clients, rounds, args, tmp / f"{method}-{clients}-{rounds}")
+        for rounds in args.rounds
+    ]
+    row = {"part": "overhead", "method": method, "clients": clients,
+           "checkpoint": not args.no_checkpoint, "chunked_laps": args.chunked_laps,
+           "runs": runs}  # fmt: skip
+    row["core_s_per_client_round"] = runs[-1]["core_s_per_client_round"]
+    row["clients_own_core_s_beyond_training"] = runs[-1]["clients_own_core_s_beyond_training"]
+    row["added_core_s_per_client_round"] = None
+    row["added_by_kind"] = None
+    if len(runs) > 1:
+        first, last = runs[0], runs[-1]
+        added = clients * (last["rounds"] - first["rounds"])
+        by_kind = {  # the clients' share is beyond their training
+            kind: (last["cpu_s_by_kind"].get(kind, 0.0) - first["cpu_s_by_kind"].get(kind, 0.0))
+            / added
+            for kind in last["cpu_s_by_kind"]
+        }
+        by_kind["clients"] = (
+            by_kind.get("clients", 0.0) - (last["train_cpu_s"] - first["train_cpu_s"]) / added
+        )
+        row["added_by_kind"] = by_kind
+        row["added_core_s_per_client_round"] = sum(by_kind.values())
+    return row
