@@ -223,10 +223,11 @@ def add_part(received: Tensors, mine: Tensors) -> Tensors:
     return total
 
 
-def rebuild(flat: Tensors, layout: Layout) -> Tensors:
-    """The total from the summed segments, each key in its shape and in memory of its own
-    (a view would take its whole buffer along wherever it is pickled, as a fetched total
-    is); a key held in several segments is their sum."""
+def rebuild(flat: Tensors, layout: Layout, own_memory: bool = True) -> Tensors:
+    """The total from the summed segments, each key in its shape; a key held in several
+    segments is their sum. With ``own_memory`` each key is copied out: a view takes its whole
+    buffer along wherever it is pickled alone (a chunk's rebuilt total is). Without it, keys
+    are views of the segments, which travel and are saved together, in one dict."""
     total: Tensors = {}
     for name, segment in layout.segments.items():
         offset = 0
@@ -234,5 +235,8 @@ def rebuild(flat: Tensors, layout: Layout) -> Tensors:
             size = math.prod(shape)
             value = flat[name][offset : offset + size].view(shape)
             offset += size
-            total[key] = value.clone() if key not in total else total[key] + value
+            if key in total:
+                total[key] = total[key] + value
+            else:
+                total[key] = value.clone() if own_memory else value
     return total

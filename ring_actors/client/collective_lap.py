@@ -182,7 +182,7 @@ class CollectiveLaps:
             group.process_group = None
             self.host.event(EventKind.LAP_ENGINE_FALLBACK, round_, group.broken)
             return None
-        return rebuild(flat, layout)
+        return rebuild(flat, layout, own_memory=False)  # one buffer per dtype, no copy
 
     def _usable(self, name: str, round_: int, view: View, time_left_s: float) -> LapGroup | None:
         """The view's formed group, if the engine may sum this lap: every member runs the
