@@ -26,6 +26,7 @@ def write_report(
     table = build_table(runs, by, last)  # refuses a seed counted twice before writing
     out.mkdir(parents=True, exist_ok=True)
     curves = accuracy_curves(table, out)
+    timed = accuracy_curves(table, out, over="time")
     names = _timeline_names(runs)
     timelines = [ring_timeline(run, out / name) for run, name in zip(runs, names, strict=True)]
     partial = [run for run in runs if run.partial]
@@ -55,11 +56,12 @@ def write_report(
         text += ["Partial runs:", ""]
         text += [f"- `{run.path}`: {run.partial}" for run in partial] + [""]
     text += ["## Runs", "", render_runs(runs, last), "", "## Accuracy by round", ""]
-    text += [f"![{p.stem}]({p.name})" for p in curves] + ["", "## Ring timelines", ""]
+    text += [f"![{p.stem}]({p.name})" for p in curves] + ["", "## Accuracy by wall time", ""]
+    text += [f"![{p.stem}]({p.name})" for p in timed] + ["", "## Ring timelines", ""]
     text += [f"![{p.stem}]({p.name})" for p in timelines] + [""]
     report = out / REPORT
     report.write_text("\n".join(text))
-    return [report, *curves, *timelines]
+    return [report, *curves, *timed, *timelines]
 
 
 def _timeline_names(runs: Sequence[Run]) -> list[str]:

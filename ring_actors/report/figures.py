@@ -43,13 +43,38 @@ EVENT_LINES = {
 }
 
 
-def seed_band(runs: Sequence[Run], key: str) -> list[tuple[int, float, float]]:
-    """Per round: the mean over seeds of the client-mean ``key``, and its std over seeds."""
+def seed_band(
+    runs: Sequence[Run], key: str, over: str = "round"
+) -> list[tuple[float, float, float]]:
+    """Per round: where it sits (the round, or with ``over="time"`` the seconds of the run
+    its evaluations came at, mean over seeds), the mean over seeds of the client-mean
+    ``key``, and its std over seeds."""
     by_round: dict[int, list[float]] = defaultdict(list)
+    at_s: dict[int, list[float]] = defaultdict(list)
     for run in runs:
+        times = round_times(run)
         for round_, value in round_means(run, key):
             by_round[round_].append(value)
-    return [(r, statistics.fmean(v), statistics.pstdev(v)) for r, v in sorted(by_round.items())]
+            at_s[round_].append(times[round_])
+    return [
+        (
+            statistics.fmean(at_s[r]) if over == "time" else r,
+            statistics.fmean(v),
+            statistics.pstdev(v),
+        )
+        for r, v in sorted(by_round.items())
+    ]
+
+
+def round_times(run: Run) -> dict[int, float]:
+    """Each evaluated round's mean report time, seconds of the run."""
+    by_round: dict[int, list[float]] = defaultdict(list)
+    for row in run.rows:
+        by_round[row.round].append(row.time_s)
+    return {r: statistics.fmean(t) for r, t in by_round.items()}
+
+
+X_AXES = {"round": "round (from 0)", "time": "wall time of the run (s)"}
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -66,16 +91,17 @@ def _at_least_span(axis, span: float) -> None:
     axis.set_ylim(low, low + span)
 
 
-def accuracy_curves(table: Table, directory: Path) -> list[Path]:
-    """One figure per column cell: Local-T and Global-T by round, a line per table row
-    (mean over its seeds) with a band of ± one std over seeds."""
+def accuracy_curves(table: Table, directory: Path, over: str = "round") -> list[Path]:
+    """One figure per column cell: Local-T and Global-T by round (``over="time"``: by the
+    run's wall seconds, which compares a sync run with an async one by what each took), a
+    line per table row (mean over its seeds) with a band of ± one std over seeds."""
     paths = []
     for column in table.columns:
         figure, axes = plt.subplots(1, len(ACCURACIES), figsize=(11, 4), sharex=True)
         for axis, (key, title) in zip(axes, ACCURACIES.items(), strict=True):
             for number, row in enumerate(table.rows):
                 cell = table.cells.get((row, column))
-                band = seed_band(cell.runs, key) if cell else []
+                band = seed_band(cell.runs, key, over) if cell else []
                 if not band:
                     continue
                 rounds = [r for r, _, _ in band]  # from 0, as metrics.parquet and MLflow
@@ -95,8 +121,8 @@ def accuracy_curves(table: Table, directory: Path) -> list[Path]:
                     color=line.get_color(),
                     alpha=0.2,
                 )
-            axis.set(title=title, xlabel="round (from 0)", ylabel="accuracy (%)")
-            axis.xaxis.get_major_locator().set_params(integer=True)
+            axis.set(title=title, xlabel=X_AXES[over], ylabel="accuracy (%)")
+            axis.xaxis.get_major_locator().set_params(integer=over == "round")
             _at_least_span(axis, MIN_SPAN)
             axis.grid(alpha=0.3)
         figure.suptitle(column_label(column))
@@ -104,7 +130,8 @@ def accuracy_curves(table: Table, directory: Path) -> list[Path]:
         if axes[0].get_legend_handles_labels()[0]:  # beside the plots, never over a curve
             figure.subplots_adjust(right=0.85)
             axes[-1].legend(title=table.row_key, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-        path = directory / f"curves-{slug(column_label(column))}.png"
+        suffix = "" if over == "round" else f"-by-{over}"
+        path = directory / f"curves-{slug(column_label(column))}{suffix}.png"
         figure.savefig(path, dpi=100, bbox_inches="tight")  # a long row label widens the file
         plt.close(figure)
         paths.append(path)

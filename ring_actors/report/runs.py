@@ -84,7 +84,12 @@ class Run:
         """Why the run's numbers do not cover the whole plan, or None when they do."""
         if self.summary.get("stopped"):
             return f"stopped: {self.summary['stopped']}"
-        if self.rounds_completed < self.rounds_planned:
+        # As many rounds as its time budget let it run is the plan (a summary written
+        # before ``ended_because`` existed says so by its config's budget).
+        ended = self.summary.get("ended_because")
+        budgeted = self.config.get("experiment", {}).get("time_budget_s") is not None
+        as_planned = ended == "time_budget" or (ended is None and budgeted)
+        if self.rounds_completed < self.rounds_planned and not as_planned:
             return f"{self.rounds_completed} of {self.rounds_planned} rounds"
         return None
 

@@ -23,6 +23,7 @@ def make_run(
     stopped: str | None = None,
     bytes_per_hop: float = 400_000.0,
     events: Sequence[dict[str, Any]] = (),
+    time_budget_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Write a run whose accuracies are drawn from ``seed``; return its metric rows."""
     completed = rounds if completed is None else completed
@@ -43,7 +44,12 @@ def make_run(
     ]
     hops = 0 if stopped else clients * completed
     config = {
-        "experiment": {"name": "test", "seed": seed, "rounds": rounds},
+        "experiment": {
+            "name": "test",
+            "seed": seed,
+            "rounds": rounds,
+            "time_budget_s": time_budget_s,
+        },
         "data": {"dataset": dataset, "partition": partition},
         "clients": {"count": clients},
         "algorithm": {"name": method},

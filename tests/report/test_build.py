@@ -18,6 +18,7 @@ def test_the_report_links_every_figure_it_wrote_and_lists_partial_runs(tmp_path)
     report, figures = files[0], files[1:]
     assert report.name == "report.md"
     assert sorted(f.name for f in figures) == [
+        "curves-fashion-mnist_shard_s2-by-time.png",
         "curves-fashion-mnist_shard_s2.png",
         "timeline-a-2.png",
         "timeline-a.png",

@@ -33,6 +33,22 @@ def test_the_band_is_the_mean_and_std_over_seeds_of_each_rounds_client_mean(tmp_
         assert (mean, std) == (pytest.approx(np.mean(per_seed)), pytest.approx(np.std(per_seed)))
 
 
+def test_by_wall_time_the_band_sits_at_each_rounds_mean_report_time_over_seeds(tmp_path):
+    rows = [make_run(tmp_path / f"s{seed}", seed=seed, rounds=3) for seed in (0, 1)]
+    runs = [load_run(tmp_path / f"s{seed}") for seed in (0, 1)]
+    timed = seed_band(runs, "global_acc", over="time")
+    by_round = seed_band(runs, "global_acc")
+    for round_, (at_s, mean, std) in enumerate(timed):
+        per_seed = [np.mean([r["time_s"] for r in rs if r["round"] == round_]) for rs in rows]
+        assert at_s == pytest.approx(np.mean(per_seed))
+        assert (mean, std) == by_round[round_][1:]
+    out = tmp_path / "out"
+    out.mkdir()
+    (path,) = accuracy_curves(build_table(runs, ["method"]), out, over="time")
+    assert path.name.endswith("-by-time.png")
+    assert_png(path)
+
+
 def test_one_curve_figure_per_column_cell(tmp_path):
     for method in ("dfedavg", "drdfl"):
         for seed in (0, 1):

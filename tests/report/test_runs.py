@@ -31,6 +31,14 @@ def test_fewer_rounds_than_planned_or_a_stop_make_a_run_partial(tmp_path):
     assert load_run(tmp_path / "stopped").partial == "stopped: client 0 failed"
 
 
+def test_a_run_that_ended_at_its_time_budget_is_not_partial(tmp_path):
+    """10,000 rounds planned, as many as 20 s allow: 21 is what was planned, not a part."""
+    make_run(tmp_path / "budgeted", rounds=10_000, completed=21, time_budget_s=20.0)
+    make_run(tmp_path / "stopped", rounds=10_000, completed=3, time_budget_s=20.0, stopped="x")
+    assert load_run(tmp_path / "budgeted").partial is None
+    assert load_run(tmp_path / "stopped").partial == "stopped: x"
+
+
 def test_a_folder_of_runs_is_searched_and_a_run_is_taken_once(tmp_path):
     for name in ("sweep/b", "sweep/a", "sweep/deeper/c"):
         make_run(tmp_path / name)
