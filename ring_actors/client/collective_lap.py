@@ -43,11 +43,14 @@ KEPT_GROUPS = 2  # the epoch in use and the one forming
 
 
 class EngineHost(Protocol):
-    """What the engine tells its client: events for the run's record."""
+    """What the engine tells its client: events for the run's record, and the bytes a lap
+    moved (the run's traffic counts them as the outbox's)."""
 
     id: int
 
     def event(self, kind: EventKind, round_: int, detail: str = "", **measured: float) -> None: ...
+
+    def count_collective(self, nbytes: int, members: int) -> None: ...
 
 
 @dataclass(eq=False)
@@ -177,6 +180,9 @@ class CollectiveLaps:
             flat = flatten(contribution, layout)
             for segment in flat.values():
                 self._reduce(group, segment, dist.ReduceOp.SUM)
+                self.host.count_collective(
+                    segment.numel() * segment.element_size(), len(view.members)
+                )
         except Exception as err:  # noqa: BLE001 - a member died, hung or refused: ring lap
             group.broken = f"lap {name!r} of round {round_} failed: {_first_line(err)}"
             group.process_group = None

@@ -357,6 +357,9 @@ class ClientCore:
     def departing(self) -> bool:
         return self.availability.departing()
 
+    def count_collective(self, nbytes: int, members: int) -> None:
+        self.outbox.count_collective(nbytes, members)
+
     def _report_round(self, round_: int, metrics: dict[str, float]) -> None:
         """Journal the report, checkpoint (a crash after it resumes from this round), then
         tell the coordinator."""

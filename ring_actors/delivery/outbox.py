@@ -108,6 +108,15 @@ class Outbox:
             self.bytes_acked += payload.nbytes
             self.bytes_dispatched += payload.nbytes
 
+    def count_collective(self, nbytes: int, members: int) -> None:
+        """A lap summed by the collective engine, counted as a ring all-reduce moves it:
+        2(N-1) steps, each sending 1/N of the ``nbytes`` summed, all delivered."""
+        steps = 2 * (members - 1)
+        with self.lock:
+            self.hops += steps
+            self.bytes_acked += steps * nbytes // members
+            self.bytes_dispatched += steps * nbytes // members
+
     def reroute(self, members: set[int]) -> list[InFlight]:
         """Remove and return the sends a new view must route again: those to a target that
         is no longer a member, and those that failed (a member that was restarted gets

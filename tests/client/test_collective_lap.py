@@ -23,9 +23,13 @@ class Member:
     def __init__(self, client_id: int) -> None:
         self.id = client_id
         self.events: list[tuple[EventKind, int, str]] = []
+        self.moved: list[tuple[int, int]] = []  # (bytes summed, members) per call
 
     def event(self, kind: EventKind, round_: int, detail: str = "", **measured: float) -> None:
         self.events.append((kind, round_, detail))
+
+    def count_collective(self, nbytes: int, members: int) -> None:
+        self.moved.append((nbytes, members))
 
 
 def engines(count: int, rendezvous: LocalRendezvous) -> list[CollectiveLaps]:
@@ -79,6 +83,7 @@ def test_every_member_gets_the_same_bits_equal_to_the_plain_sum():
     assert int(totals[0]["n"]) == 1 + 2 + 3 + 4
     formed = [e for e in laps[0].host.events if e[0] == EventKind.LAP_GROUP_FORMED]
     assert len(formed) == 1  # one group for the epoch, announced by its first member
+    assert laps[0].host.moved == [(3 * 1000 * 4, 4), (8, 4)]  # each dtype's bytes, counted
 
 
 def test_contributions_of_another_layout_never_enter_the_sum():

@@ -47,9 +47,11 @@ def test_a_fedavg_ring_sums_its_laps_by_the_engine(ray_local, tmp_path):
     kinds = [e["kind"] for e in events]
     assert kinds.count("lap_group_formed") == 1, events
     assert "lap_engine_fallback" not in kinds
-    # The engine's bytes go between the processes over gloo, not as actor calls: the
-    # members send nothing through the outbox for the lap.
-    assert all(r["bytes_sent"] == 0 for r in rows)
+    # The engine's bytes go over gloo, counted as a ring all-reduce moves them: 2(N-1)/N of
+    # the model per member and round, in 2(N-1) steps.
+    sent = [r["bytes_sent"] for r in rows if r["round"] == 0]
+    assert len(sent) == 4 and len(set(sent)) == 1 and sent[0] > 0
+    assert all(r["hops"] == 2 * (4 - 1) for r in rows)  # one float32 buffer: 2(N-1) steps
 
 
 def test_a_crashed_and_a_hung_member_cost_the_engine_a_fallback_and_nothing_else(
