@@ -27,51 +27,21 @@ needs_data = pytest.mark.skipif(
 )
 
 
-RAY_FIXTURE = "ray_local"
-
-
 @pytest.fixture(scope="module")
-def ray_local(request: pytest.FixtureRequest):
-    """A local Ray of 2 CPUs and 1 logical GPU (no real GPU needed). Starting one costs
-    seconds, so modules that follow each other in the run share one: it is shut down after
-    a module unless the next module starts with a test that asks for it, and only while
-    nothing the module left holds its resources (an actor, a slot pool, a named actor: the
-    next module would wait for them)."""
+def ray_local():
+    """One Ray instance per test module: 2 CPUs and 1 logical GPU (no real GPU needed)."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(
-            address="local",  # a fresh instance, even if another Ray runs on this machine
-            num_cpus=2,
-            num_gpus=1,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+    ray.init(
+        address="local",  # a fresh instance, even if another Ray runs on this machine
+        num_cpus=2,
+        num_gpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     yield ray
-    if not (_next_module_wants_ray(request) and _all_resources_free(ray)):
-        ray.shutdown()
-
-
-def _next_module_wants_ray(request: pytest.FixtureRequest) -> bool:
-    """Whether the module run right after this one asks for ``ray_local`` in its first
-    test, so that every test sees a Ray up exactly when it would with one per module."""
-    items, module = request.session.items, request.node.path
-    last = max(i for i, item in enumerate(items) if item.path == module)
-    return last + 1 < len(items) and RAY_FIXTURE in items[last + 1].fixturenames
-
-
-def _all_resources_free(ray, wait_s: float = 5.0) -> bool:
-    """Every CPU and GPU free again (a killed actor's come back within moments)."""
-    import time
-
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        total, free = ray.cluster_resources(), ray.available_resources()
-        if all(free.get(key, 0) >= total[key] for key in ("CPU", "GPU") if key in total):
-            return not ray.util.list_named_actors(all_namespaces=True)
-        time.sleep(0.1)
-    return False
+    ray.shutdown()
 
 
 def small_config(tmp_path: Path, *overrides: str) -> Config:

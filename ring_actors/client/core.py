@@ -124,7 +124,9 @@ class ClientCore:
         self.outbox = Outbox(self.timeouts, self.report_unreachable, self.event)
         ring_cores = cores or os.cpu_count() or 1
         engine = None
-        if rendezvous is not None and config.schedule.lap_engine != "ring":
+        # Simulated links delay hops between actors; the engine's TCP would bypass them.
+        wanted = config.schedule.lap_engine != "ring" and not self.hetero.links_apply
+        if rendezvous is not None and wanted:
             silent = config.schedule.lap_engine == "auto"
             engine = CollectiveLaps(self, rendezvous, self.timeouts.lap_retry_s, silent)
         self.laps = RingLaps(
