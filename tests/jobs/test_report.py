@@ -74,7 +74,7 @@ def test_the_command_reports_a_folder_of_runs(tmp_path, capsys):
     assert set(rows) == {"header", "dfedavg", "drdfl"}
     assert "†" in rows["drdfl"][0] and "(n=3)" in rows["drdfl"][0]
     assert "†" not in rows["dfedavg"][0]
-    assert len(list(out.glob("*.png"))) == 6  # one curve figure, five timelines
+    assert len(list(out.glob("*.png"))) == 7  # curves by round and by time, five timelines
 
 
 def test_folders_that_are_not_runs_are_listed_with_why(tmp_path, capsys):
@@ -206,7 +206,8 @@ def test_the_table_holds_the_numbers_of_the_real_runs(real_runs):
     text = (out / "report.md").read_text()
     assert f"- `{root / 'runs' / 'stopped'}`: stopped: client 0 failed in round 1" in text
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert len(pngs) == 6 and "curves-fashion-mnist_shard_s2.png" in pngs
+    assert len(pngs) == 7 and "curves-fashion-mnist_shard_s2.png" in pngs
+    assert "curves-fashion-mnist_shard_s2-by-time.png" in pngs
     for name in pngs:
         assert_png(out / name)
 
@@ -224,4 +225,4 @@ def test_an_mlflow_experiment_gives_the_same_table_and_gets_the_report(real_runs
     reports = client.search_runs([client.get_experiment_by_name("reports").experiment_id])
     assert len(reports) == 1
     logged = {a.path for a in client.list_artifacts(reports[0].info.run_id)}
-    assert "report.md" in logged and len(logged) == 7  # the report and its six figures
+    assert "report.md" in logged and len(logged) == 8  # the report and its seven figures
