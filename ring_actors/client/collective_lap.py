@@ -15,7 +15,8 @@ cluster); the others look it up. A group forms as the view arrives, on a thread 
 so forming overlaps training; the next epoch's group replaces it. A member of epoch e holds
 epoch e's group only, so it can never add into epoch e + 1's sum. Members first agree on the
 layout of what they add (one tiny all-reduce of its digest), so no contribution of another
-shape ever enters the sum.
+shape ever enters the sum, and on the round they sum: members of one epoch a round apart (a
+resume from checkpoints of different rounds) take the ring lap until they meet again.
 """
 
 from __future__ import annotations
@@ -69,9 +70,11 @@ class LapGroup:
     broken: str | None = None
 
 
-def layout_digest(layout: Layout) -> int:
-    """56 bits of a digest of the layout: equal on members whose contributions fit."""
-    digest = hashlib.blake2b(repr(layout.shapes).encode(), digest_size=7).digest()
+def layout_digest(name: str, layout: Layout) -> int:
+    """56 bits of a digest of the lap's name and layout: equal on members whose
+    contributions fit the same sum."""
+    text = repr((name, layout.shapes)).encode()
+    digest = hashlib.blake2b(text, digest_size=7).digest()
     return int.from_bytes(digest, "big") + 1  # 0 stands for "nothing to add"
 
 
@@ -91,6 +94,7 @@ class CollectiveLaps:
         self.silent_disagreement = silent_disagreement  # auto: an expected fallback
         self.groups: dict[int, LapGroup] = {}
         self.disagreed: set[tuple[int, str]] = set()  # (epoch, lap): ring lap for the rest
+        self.ring_through: dict[tuple[int, str], int] = {}  # (epoch, lap): its last ring round
         self.lock = threading.Lock()
 
     # ---- forming, as a view arrives -----------------------------------------------------
@@ -168,9 +172,14 @@ class CollectiveLaps:
         if group is None:
             return None
         layout = layout_of(contribution)
-        digest = layout_digest(layout) if contribution else 0
+        digest = layout_digest(name, layout) if contribution else 0
         try:
-            agreed = self._all_agree(group, digest)
+            agreed, rounds = self._all_agree(group, digest, round_)
+            if rounds[0] != rounds[1]:
+                self.ring_through[(view.epoch, name)] = rounds[1]
+                detail = f"lap {name!r}: members at rounds {rounds[0]}-{rounds[1]}, the ring lap"
+                self.host.event(EventKind.LAP_ENGINE_FALLBACK, round_, detail)
+                return None
             if not agreed or digest == 0:
                 self.disagreed.add((view.epoch, name))
                 if not self.silent_disagreement:
@@ -196,18 +205,20 @@ class CollectiveLaps:
         group = self.groups.get(view.epoch)
         if group is None or (view.epoch, name) in self.disagreed or time_left_s <= 0:
             return None
+        if round_ <= self.ring_through.get((view.epoch, name), -1):  # the others went round
+            return None
         if view.active(round_) != view.members:  # a joiner before its first round
             return None
         if not group.ready.wait(min(self.deadline_s, time_left_s)):
             return None
         return None if group.broken or group.process_group is None else group
 
-    def _all_agree(self, group: LapGroup, digest: int) -> bool:
-        """Whether every member adds the same layout: the largest digest and the largest
-        negated one agree only if all are equal."""
-        pair = torch.tensor([digest, -digest], dtype=torch.int64)
-        self._reduce(group, pair, dist.ReduceOp.MAX)
-        return int(pair[0]) == -int(pair[1])
+    def _all_agree(self, group: LapGroup, digest: int, round_: int) -> tuple[bool, tuple[int, int]]:
+        """Whether every member adds the same layout, and the lowest and highest round the
+        members sum: one MAX of each value and of its negation gives both ends."""
+        ends = torch.tensor([digest, -digest, round_, -round_], dtype=torch.int64)
+        self._reduce(group, ends, dist.ReduceOp.MAX)
+        return int(ends[0]) == -int(ends[1]), (-int(ends[3]), int(ends[2]))
 
     def _reduce(self, group: LapGroup, tensor: torch.Tensor, op: dist.ReduceOp) -> None:
         """One all-reduce in place, ended by the deadline at the latest."""

@@ -43,13 +43,17 @@ def view(epoch: int, members: tuple[int, ...]) -> View:
     return View(epoch, members, tuple(0 for _ in members))
 
 
-def laps_at_once(calls: dict[int, tuple[CollectiveLaps, View, dict]]) -> dict[int, object]:
-    """Each member's ``run`` on its own thread, as the members' training threads call it."""
+def laps_at_once(
+    calls: dict[int, tuple[CollectiveLaps, View, dict]], rounds: dict[int, int] | None = None
+) -> dict[int, object]:
+    """Each member's ``run`` on its own thread, as the members' training threads call it
+    (of round 1, or of the member's round in ``rounds``)."""
     results: dict[int, object] = {}
 
     def one(member: int) -> None:
         engine, seen, contribution = calls[member]
-        results[member] = engine.run("avg", 1, contribution, seen, time_left_s=60.0)
+        round_ = (rounds or {}).get(member, 1)
+        results[member] = engine.run("avg", round_, contribution, seen, time_left_s=60.0)
 
     threads = [threading.Thread(target=one, args=(m,)) for m in calls]
     for thread in threads:
@@ -100,6 +104,26 @@ def test_contributions_of_another_layout_never_enter_the_sum():
         kinds = [e[0] for e in engine.host.events]
         assert EventKind.LAP_ENGINE_FALLBACK in kinds
         assert (1, "avg") in engine.disagreed  # the ring lap for the rest of the epoch
+
+
+def test_members_of_one_epoch_at_different_rounds_never_add_into_each_others_sums():
+    """After a resume, a member whose checkpoint is a round older runs round 1 while the
+    others run round 2 in the same epoch: no one's total mixes the two rounds. The members
+    ahead take the ring lap for round 2, so does the one behind once it gets there, and the
+    group sums round 3 for all."""
+    members = (0, 1, 2)
+    laps = engines(3, LocalRendezvous())
+    for engine in laps:
+        engine.on_view(view(1, members))
+    calls = {m: (laps[m], view(1, members), contribution(m)) for m in members}
+    assert laps_at_once(calls, rounds={0: 2, 1: 2, 2: 1}) == {0: None, 1: None, 2: None}
+    started = time.monotonic()
+    assert laps_at_once({2: calls[2]}, rounds={2: 2}) == {2: None}  # no call: the others
+    assert time.monotonic() - started < DEADLINE_S / 2  # are in round 2's ring lap
+    results = laps_at_once(calls, rounds=dict.fromkeys(members, 3))
+    plain = sum(contribution(m)["w"] for m in members)
+    for m in members:
+        assert results[m] is not None and torch.allclose(results[m]["w"], plain, atol=1e-5)
 
 
 def test_a_member_that_never_calls_ends_the_others_calls_at_the_deadline():
