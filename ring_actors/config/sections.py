@@ -279,9 +279,7 @@ class ScheduleSection:
     # member fails inside it; ``ring``, the ring lap over actor calls; ``auto``, the
     # collective where the members' contributions agree in layout, the ring lap otherwise
     # (a GENE-FL cluster's keys of its own), with no event for that expected fallback.
-    # ``ring`` by default until a resumed run's results match its uninterrupted run's with
-    # the engine too (docs/rounds-and-topologies.md).
-    lap_engine: LapEngine = "ring"
+    lap_engine: LapEngine = "auto"
 
     def __post_init__(self) -> None:
         factor = self.straggler_factor
