@@ -33,6 +33,7 @@ chunks, so an attempt some members began without it never finishes.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,13 +50,14 @@ from ring_actors.client.chunk_layout import (
     misfit,
     rebuild,
 )
+from ring_actors.client.lap_host import LapResult, LapRun
 from ring_actors.config.sections import ChunkedLaps
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
 
 if TYPE_CHECKING:
-    from ring_actors.client.lap_host import LapHost
+    from ring_actors.client.ring_lap import RingLaps
 
 # Below this many bytes of contribution a lap goes round as one token: a chunk then saves
 # less time on the wire than its 2(N-1) hops' latency costs.
@@ -118,18 +120,11 @@ class ChunkedLap:
     holds the total hands it round) is ``RingLaps.on_receive``'s.
     """
 
-    def __init__(
-        self,
-        host: LapHost,
-        name: str,
-        round_: int,
-        contribution: Tensors,
-        min_bytes: int,
-        max_members: int,
-    ) -> None:
-        self.host, self.name, self.round = host, name, round_
+    def __init__(self, laps: RingLaps, run: LapRun, min_bytes: int, max_members: int) -> None:
+        self.laps, self.run = laps, run
+        self.host, self.name, self.round = laps.host, run.name, run.round
         self.max_members = max_members
-        self.contribution = contribution
+        contribution = self.contribution = run.contribution
         self.layouts = Layouts(layout_of(contribution))
         self.flat: Tensors | None = None  # the contribution as one buffer per dtype, once cut
         size = sum(v.numel() * v.element_size() for v in contribution.values())
@@ -152,10 +147,34 @@ class ChunkedLap:
         attempt = self.attempt
         return attempt if attempt is not None and attempt.epoch == epoch else None
 
-    def start_due(self, view: View, leader: int | None, retry: bool, restart: bool) -> bool:
-        """Start ``view``'s first attempt at once; as its leader, a next one on ``retry``
-        (the last has not finished in time). ``restart``: the leader led one before, which
-        is reported. True if one was started."""
+    def start_due(self, view: View, leader: int | None, now: float) -> LapResult | None:
+        """Start ``view``'s first attempt at once; as its leader, a next one when the last
+        has not finished in time (an attempt it led before, of either way, is reported as
+        a restart)."""
+        run = self.run
+        retry = now - run.attempt_at > self.laps.timeouts.lap_retry_s
+        if self._start_if_due(view, leader, retry, restart=bool(run.led)):
+            run.attempt_at = now
+            run.led += leader == self.host.id
+        return None
+
+    def take(self, view: View, leader: int | None) -> LapResult | None:
+        """Take every chunk of this lap that reached this member; the result, kept, once
+        the last chunk of an attempt is here."""
+        run = self.run
+        for chunk in self.host.inbox.pop(lambda p: chunk_of(p, run.name, run.round, view.epoch)):
+            finished = self._take_one(chunk, view, leader)
+            run.progressed_at = time.monotonic()
+            if finished is not None:
+                return self.laps.keep(run.key, LapResult(*finished), self.origin())
+        return None
+
+    def waiting_on(self, epoch: int) -> bool:
+        return bool(self.host.inbox.peek(lambda p: chunk_of(p, self.name, self.round, epoch)))
+
+    def _start_if_due(self, view: View, leader: int | None, retry: bool, restart: bool) -> bool:
+        """Start ``view``'s first attempt at once; as its leader, a next one on ``retry``.
+        True if one was started."""
         attempt = self.current(view.epoch)
         leading = leader == self.host.id
         if leader is None or (attempt is not None and not (leading and retry)):
@@ -177,12 +196,12 @@ class ChunkedLap:
         self._send(attempt, 0, position, part, contributors, self.layouts.own)
 
     def origin(self) -> tuple[int, int, int]:
-        """The current attempt's leader, epoch and number (the one ``take`` finished)."""
+        """The current attempt's leader, epoch and number (the one ``_take_one`` finished)."""
         attempt = self.attempt
         assert attempt is not None
         return attempt.leader, attempt.epoch, attempt.number
 
-    def take(
+    def _take_one(
         self, message: Payload, view: View, leader: int | None
     ) -> tuple[Tensors, tuple[int, ...]] | None:
         """Add into, keep and pass on one chunk; the total and its contributors once every

@@ -27,20 +27,25 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.distributed as dist
 
 from ring_actors.client.chunk_layout import Layout, flatten, layout_of, rebuild
+from ring_actors.client.lap_host import LapResult, LapRun
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.rendezvous import Rendezvous
 from ring_actors.delivery.view import View
+
+if TYPE_CHECKING:
+    from ring_actors.client.ring_lap import RingLaps
 
 log = logging.getLogger(__name__)
 
 Tensors = dict[str, torch.Tensor]
 KEPT_GROUPS = 2  # the epoch in use and the one forming
+ENGINE_ATTEMPT = -2  # a total the engine summed: it does not go round, unlike a token's (-1)
 
 
 class EngineHost(Protocol):
@@ -237,3 +242,32 @@ class CollectiveLaps:
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+class EngineLap:
+    """The engine as a way of one lap: one collective call among the view's members, tried
+    once before the ways that go round the ring, its total kept as any total is (members a
+    round behind fetch it, a token or chunk of a member that fell back is answered with it)."""
+
+    def __init__(self, laps: RingLaps, run: LapRun, engine: CollectiveLaps) -> None:
+        self.laps, self.run, self.engine = laps, run, engine
+        self.tried = False
+
+    def wanted(self, view: View) -> bool:
+        return not self.tried
+
+    def start_due(self, view: View, leader: int | None, now: float) -> LapResult | None:
+        self.tried = True
+        run, host = self.run, self.laps.host
+        total = self.engine.run(run.name, run.round, run.contribution, view, host.time_left())
+        if total is None:  # the ring's ways go now, and their give-up counts from here
+            run.start_clock(self.laps.timeouts.lap_give_up_s, host.time_left())
+            return None
+        origin = (-1 if leader is None else leader, view.epoch, ENGINE_ATTEMPT)
+        return self.laps.keep(run.key, LapResult(total, view.members), origin)
+
+    def take(self, view: View, leader: int | None) -> LapResult | None:
+        return None  # the engine's messages go over its own sockets
+
+    def waiting_on(self, epoch: int) -> bool:
+        return False

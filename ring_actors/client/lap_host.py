@@ -1,10 +1,11 @@
-"""What every kind of lap shares: the result it ends with, who leads it, and what it needs
-from its client (``ring_lap.py``'s token, ``chunked_lap.py``'s chunks and
-``collective_lap.py``'s engine all run on it)."""
+"""What every way of summing a lap shares: the result it ends with, who leads it, what it
+needs from its client, and the shape of a way (``LapWay``: ``token_lap.py``'s one token,
+``chunked_lap.py``'s chunks and ``collective_lap.py``'s engine; ``ring_lap.py`` chooses)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -53,3 +54,47 @@ class LapHost(Protocol):
 
     def time_left(self) -> float:
         """Seconds of the run's time budget left (inf without one)."""
+
+
+@dataclass
+class LapRun:
+    """One member's run of one lap, shared by the ways it tries: what it adds, the attempts
+    it led (of any way: a later one is a restart), when it last started one, when it last
+    saw progress, and when the ways that go round the ring give up."""
+
+    name: str
+    round: int
+    contribution: dict[str, torch.Tensor]
+    led: int = 0
+    attempt_at: float = 0.0
+    progressed_at: float = field(default_factory=time.monotonic)
+    began: float = field(default_factory=time.monotonic)
+    deadline: float = 0.0
+    why: str | None = None  # why the deadline is early: the run's time budget
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.name, self.round
+
+    def start_clock(self, give_up_s: float, time_left_s: float) -> None:
+        """The ring's give-up counts from now, the run's time budget allowing."""
+        self.began = self.progressed_at = time.monotonic()
+        budget_s = max(0.0, time_left_s)
+        self.deadline = self.began + min(give_up_s, budget_s)
+        self.why = "the time budget ended" if budget_s < give_up_s else None
+
+
+class LapWay(Protocol):
+    """One way one member takes part in one lap. ``RingLaps.run`` asks the first way that
+    wants the current view to start (or restart) an attempt when due, then every way to take
+    the messages it is waiting for; any of them may end with the lap's result."""
+
+    def wanted(self, view: View) -> bool:
+        """Whether this way starts this member's attempts in ``view``."""
+
+    def start_due(self, view: View, leader: int | None, now: float) -> LapResult | None: ...
+
+    def take(self, view: View, leader: int | None) -> LapResult | None: ...
+
+    def waiting_on(self, epoch: int) -> bool:
+        """Whether a message this way takes is in the inbox."""

@@ -1,10 +1,11 @@
-"""The ring lap: a token travels once around the live ring collecting contributions, and a
-second lap hands the total to everyone. Exact over whoever contributed, and it survives
-failures: unacknowledged hops are re-routed by the outbox, a lost token is restarted by the
-lap's leader, and a client that missed the result fetches it from the leader.
+"""A member's laps: the exact sums behind half the methods, over whoever contributed.
 
-A lap whose bytes dominate goes in chunks instead, as a ring all-reduce
-(``chunked_lap.py``); results, restarts, fetches and checkpoints are the same for both.
+``RingLaps`` chooses the ways a lap may go (``ways``: the collective engine,
+``collective_lap.py``; chunks, ``chunked_lap.py``; one token, ``token_lap.py``), drives them
+until one ends with the total, and keeps that total: it answers a late token or chunk with
+it, hands it round the ring as the result lap, and a member that missed it fetches it from
+the leader. Unacknowledged hops are re-routed by the outbox, a lost attempt is restarted by
+the lap's leader; results, restarts, fetches and checkpoints are the same for every way.
 """
 
 from __future__ import annotations
@@ -15,16 +16,15 @@ from dataclasses import replace
 
 import torch
 
-from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES, ChunkedLap, chunk_of, is_chunk
-from ring_actors.client.collective_lap import CollectiveLaps
-from ring_actors.client.lap_arithmetic import accumulate, mismatch
-from ring_actors.client.lap_host import LapHost, LapResult, lap_leader
+from ring_actors.client.chunked_lap import CHUNK_MIN_BYTES, ChunkedLap, is_chunk
+from ring_actors.client.collective_lap import CollectiveLaps, EngineLap
+from ring_actors.client.lap_arithmetic import mismatch
+from ring_actors.client.lap_host import LapHost, LapResult, LapRun, LapWay, lap_leader
+from ring_actors.client.token_lap import TokenLap
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from ring_actors.delivery.view import View
 from ring_actors.timeouts import Timeouts
-
-ENGINE_ATTEMPT = -2  # a total the engine summed: it does not go round, unlike a token's (-1)
 
 
 class RingLaps:
@@ -75,9 +75,9 @@ class RingLaps:
                 )
                 return True
             result = LapResult(token.tensors, header.contributors)
-            kept = self._keep(key, result, (header.leader, header.epoch, -1))
+            kept = self.keep(key, result, (header.leader, header.epoch, -1))
             # What goes on is what this member keeps: one total per round along the ring.
-            self._forward(token, kept.total, kept.contributors)
+            self.forward(token, kept.total, kept.contributors)
             return True
         done = self.result(header.name, token.round)
         if done is not None:
@@ -91,7 +91,7 @@ class RingLaps:
             if self.host.id in header.visited:  # it went round: nobody runs that lap any more
                 self.host.event(EventKind.LAP_TOKEN_DROPPED, token.round, "went round unclaimed")
                 return True
-            self._forward(token, token.tensors, header.contributors)
+            self.forward(token, token.tensors, header.contributors)
             return True
         return False
 
@@ -133,28 +133,17 @@ class RingLaps:
     ) -> LapResult | None:
         """Take part in lap ``name`` of ``round_``; None only if it could not finish.
 
-        The lap goes in chunks when its leader's contribution has ``chunk_min_bytes`` or
-        more and three to ``chunk_max_members`` members run the round, as one token
-        otherwise. It gives up when the run's time budget ends: a member that saw the budget
-        end before this round never joins it, and the others must not wait for it past the
-        run's end.
+        The ways it may go are chosen in one place (``ways``); each pass of the loop asks the
+        first that wants the current view to start an attempt when one is due, and every
+        way to take its messages. A member behind that waits a hop for nothing asks the
+        leader for the total. It gives up when the run's time budget ends: a member that saw
+        the budget end before this round never joins it, and the others must not wait for
+        it past the run's end.
         """
-        host, key = self.host, (name, round_)
-        if self.engine is not None:
-            summed = self._by_engine(name, round_, contribution)
-            if summed is not None:
-                return summed
-        started = time.monotonic()
-        budget_s = max(0.0, host.time_left())
-        deadline = started + min(self.timeouts.lap_give_up_s, budget_s)
-        why = "the time budget ended" if budget_s < self.timeouts.lap_give_up_s else None
-        chunks = ChunkedLap(
-            host, name, round_, contribution, self.chunk_min_bytes, self.chunk_max_members
-        )
-        mine: set[int] = set()  # token attempts this client started as leader
-        led = 0  # attempts of either kind this client started as leader
-        attempt_at, attempt_epoch = 0.0, -1
-        last_progress = started
+        host = self.host
+        run = LapRun(name, round_, contribution)
+        run.start_clock(self.timeouts.lap_give_up_s, host.time_left())
+        ways = self.ways(run)
         while not host.departing():
             done = self.result(name, round_)
             if done is not None:
@@ -163,80 +152,36 @@ class RingLaps:
                     return done
                 host.event(EventKind.LAP_RESULT_REFUSED, round_, f"lap {name!r}: {wrong}")
                 with self.lock:
-                    self.results.pop(key, None)
+                    self.results.pop(run.key, None)
             view, now = host.current_view, time.monotonic()
             leader = lap_leader(view, round_)
-            if chunks.wanted(view):
-                retry = now - attempt_at > self.timeouts.lap_retry_s
-                if chunks.start_due(view, leader, retry, restart=bool(led)):
-                    attempt_at, led = now, led + (leader == host.id)
-            elif leader == host.id:
-                stale = attempt_epoch != view.epoch  # one attempt per membership epoch
-                if not mine or stale or now - attempt_at > self.timeouts.lap_retry_s:
-                    if view.successor(host.id) is None:  # alone: the total is ours
-                        return self._finish(name, round_, contribution, (host.id,))
-                    attempt = max(mine, default=-1) + 1
-                    if led:
-                        host.event(
-                            EventKind.LAP_RESTARTED, round_, f"lap {name!r}, attempt {attempt}"
-                        )
-                    mine.add(attempt)
-                    led += 1
-                    attempt_at, attempt_epoch = now, view.epoch
-                    token: dict[str, torch.Tensor] = {}
-                    accumulate(token, contribution)
-                    header = LapHeader(
-                        name,
-                        leader=host.id,
-                        attempt=attempt,
-                        epoch=view.epoch,
-                        visited=(host.id,),
-                        contributors=(host.id,) if contribution else (),
-                    )
-                    self._send_on(Channel.LAP, round_, header, token)
-            for chunk in host.inbox.pop(lambda p, e=view.epoch: chunk_of(p, name, round_, e)):
-                finished = chunks.take(chunk, view, leader)
-                last_progress = time.monotonic()
-                if finished is not None:
-                    return self._keep(key, LapResult(*finished), chunks.origin())
-            for token in host.inbox.pop(lambda p: _token_of(p, name, round_)):
-                header = token.lap
-                wrong = mismatch(token.tensors, contribution)
-                if wrong is not None:  # it would broadcast into, or cast, our contribution
-                    host.event(EventKind.LAP_TOKEN_REFUSED, round_, f"lap {name!r}: {wrong}")
-                    continue
-                if header.leader == host.id:
-                    if header.attempt in mine and header.epoch == view.epoch:
-                        return self._finish(name, round_, token.tensors, header.contributors)
-                    continue
-                dead_epoch = header.epoch < view.epoch
-                if dead_epoch or header.leader not in view.members or host.id in header.visited:
-                    continue  # a dead epoch's or a looping token: the live leader restarts
-                total = dict(token.tensors)
-                contrib = header.contributors
-                if contribution:
-                    accumulate(total, contribution)
-                    contrib = (*contrib, host.id)
-                self._forward(token, total, contrib)
-                last_progress = time.monotonic()
-            waited = time.monotonic() - last_progress
-            if leader not in (None, host.id) and waited > self.timeouts.hop_s:
-                last_progress = time.monotonic()
+            way = next(w for w in ways if w.wanted(view))
+            finished = way.start_due(view, leader, now)
+            if finished is None and not way.wanted(view):
+                continue  # its one try is over (the engine's): the next way starts at once
+            for taking in ways:
+                finished = finished or taking.take(view, leader)
+            if finished is not None:
+                return finished
+            if leader not in (None, host.id) and time.monotonic() - run.progressed_at > (
+                self.timeouts.hop_s
+            ):
+                run.progressed_at = time.monotonic()
                 fetched = host.fetch_lap_result(leader, name, round_)
                 if fetched is not None:
                     host.event(EventKind.LAP_RESULT_FETCHED, round_, f"lap {name!r} from {leader}")
                     with self.lock:
-                        self.results.setdefault(key, fetched)
+                        self.results.setdefault(run.key, fetched)
                     continue
-            if time.monotonic() > deadline:
-                after = f"after {deadline - started:.1f}s" + (f": {why}" if why else "")
+            if time.monotonic() > run.deadline:
+                why = f": {run.why}" if run.why else ""
+                after = f"after {run.deadline - run.began:.1f}s{why}"
                 host.event(EventKind.LAP_FAILED, round_, f"lap {name!r} gave up {after}")
                 return None
             host.inbox.wait(
                 lambda epoch=view.epoch: (
                     self.result(name, round_) is not None
-                    or bool(host.inbox.peek(lambda p: chunk_of(p, name, round_, epoch)))
-                    or bool(host.inbox.peek(lambda p: _token_of(p, name, round_)))
+                    or any(w.waiting_on(epoch) for w in ways)
                     or host.current_view.epoch != epoch  # a new leader starts at once
                 ),
                 0.25,
@@ -244,24 +189,15 @@ class RingLaps:
             )
         return None  # an off period began: the others' lap goes on without this member
 
-    def _by_engine(
-        self, name: str, round_: int, contribution: dict[str, torch.Tensor]
-    ) -> LapResult | None:
-        """The lap summed by the collective engine among the view's members, kept as any
-        total is (members a round behind fetch it, a token or chunk of a member that fell
-        back is answered with it); None: the ring lap goes."""
-        assert self.engine is not None
-        if self.host.departing():
-            return None
-        view = self.host.current_view
-        total = self.engine.run(name, round_, contribution, view, self.host.time_left())
-        if total is None:
-            return None
-        leader = lap_leader(view, round_)
-        origin = (-1 if leader is None else leader, view.epoch, ENGINE_ATTEMPT)
-        return self._keep((name, round_), LapResult(total, view.members), origin)
+    def ways(self, run: LapRun) -> list[LapWay]:
+        """The ways this member may sum ``run``'s lap, in the order it prefers them: the
+        collective engine where one is configured, chunks where the lap is large and its
+        members few enough to step at once, and one token, which every lap can take."""
+        engine = [] if self.engine is None else [EngineLap(self, run, self.engine)]
+        chunks = ChunkedLap(self, run, self.chunk_min_bytes, self.chunk_max_members)
+        return [*engine, chunks, TokenLap(self, run)]
 
-    def _keep(
+    def keep(
         self, key: tuple[str, int], result: LapResult, origin: tuple[int, int, int]
     ) -> LapResult:
         """Keep ``result`` from ``origin`` unless a total came first: the one kept goes on,
@@ -294,12 +230,12 @@ class RingLaps:
 
     # ---- sending ------------------------------------------------------------------------
 
-    def _finish(
+    def finish(
         self, name: str, round_: int, total: dict, contributors: tuple[int, ...]
     ) -> LapResult:
         """The leader's token came back: keep the total and hand it round the ring."""
         result = LapResult(dict(total), tuple(contributors))
-        self._keep((name, round_), result, (self.host.id, self.host.current_view.epoch, -1))
+        self.keep((name, round_), result, (self.host.id, self.host.current_view.epoch, -1))
         self._start_result(name, round_, result, leader=self.host.id)
         return result
 
@@ -308,16 +244,16 @@ class RingLaps:
         header = LapHeader(
             name, leader, 0, epoch, visited=(self.host.id,), contributors=result.contributors
         )
-        self._send_on(Channel.LAP_RESULT, round_, header, result.total)
+        self.send_on(Channel.LAP_RESULT, round_, header, result.total)
 
-    def _forward(self, token: Payload, total: dict, contributors: tuple[int, ...]) -> None:
+    def forward(self, token: Payload, total: dict, contributors: tuple[int, ...]) -> None:
         """Pass a token on to the successor, recording this client as visited."""
         header = replace(
             token.lap, visited=(*token.lap.visited, self.host.id), contributors=contributors
         )
-        self._send_on(token.channel, token.round, header, total)
+        self.send_on(token.channel, token.round, header, total)
 
-    def _send_on(self, channel: Channel, round_: int, header: LapHeader, total: dict) -> None:
+    def send_on(self, channel: Channel, round_: int, header: LapHeader, total: dict) -> None:
         """Send to the successor unless the lap closes there (a result that went round)."""
         view = self.host.current_view
         successor = view.successor(self.host.id)
@@ -336,14 +272,3 @@ class RingLaps:
                 lap=header,
             ),
         )
-
-
-def _token_of(payload: Payload, name: str, round_: int) -> bool:
-    """A collecting token of lap ``name`` in ``round_``."""
-    return (
-        payload.channel == Channel.LAP
-        and payload.lap is not None
-        and payload.lap.name == name
-        and payload.round == round_
-        and not is_chunk(payload)
-    )
