@@ -16,7 +16,7 @@ RECONCILE_CAP_S = 0.2  # the coordinator's reconcile pass runs at least this oft
 SLOT_LEASE_S = 10.0  # a compute slot not renewed this long goes back to its pool
 LINK_WAKE_CAP_S = 60.0  # the link scheduler looks at its next hop at least this often
 LAUNCH_PAUSE_CAP_S = 1.0  # between a failed client start and the next; the launch's poll
-TRACKING_CLOSE_S = 60.0  # the tracker's ``end`` retries MLflow this long, then writes a file
+TRACKING_CLOSE_S = 60.0  # the tracker's ``end`` retries MLflow this long (tracking.give_up_s)
 TRACKING_REQUEST_S = 10  # one MLflow HTTP request's timeout (MLFLOW_HTTP_REQUEST_TIMEOUT)
 # The coordinator's finalize joins its reconcile loop and its MLflow-open thread this long at
 # most before it closes the tracker.
@@ -61,10 +61,13 @@ class Timeouts:
     finalize_s: float  # the driver's wait for the outputs, the tracker's close included
 
     @classmethod
-    def from_schedule(cls, schedule: ScheduleSection) -> Timeouts:
+    def from_schedule(
+        cls, schedule: ScheduleSection, tracking_give_up_s: float = TRACKING_CLOSE_S
+    ) -> Timeouts:
         """A lap restart covers a full circuit of hops (2x); giving up allows several (6x).
         A restarted coordinator reads its record and waits for the clients' journals
-        (``journal_s`` each, in flight together): ten hops bound its return."""
+        (``journal_s`` each, in flight together): ten hops bound its return. The end waits
+        for the tracker's close as well, ``tracking_give_up_s`` at most."""
         hop_s = schedule.hop_timeout_s
         return cls(
             hop_s=hop_s,
@@ -93,7 +96,7 @@ class Timeouts:
             finalize_s=2 * hop_s
             + LOOP_JOIN_S
             + TRACKING_OPEN_JOIN_S
-            + TRACKING_CLOSE_S
+            + tracking_give_up_s
             + TRACKING_REQUEST_S
             + 5,
         )

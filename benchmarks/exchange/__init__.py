@@ -131,12 +131,13 @@ def table(rows: list[dict[str, Any]]) -> str:
     costs = [r for r in rows if r["part"] == "overhead"]
     if costs:
         kinds = ("clients", "coordinator", "slot pool", "driver", "ray")
-        header = ["method", "clients", "checkpoint", "laps in chunks", "core-s per client-round",
+        header = ["method", "clients", "checkpoint", "laps in chunks", "s per round",
+                  "core-s per client-round",
                   "a client's own, beyond training", "added per client-round",
                   *(f"added: {kind}" for kind in kinds)]  # fmt: skip
         parts.append(markdown_table(header, [
             [r["method"], r["clients"], r["checkpoint"], r["chunked_laps"],
-             f"{r['core_s_per_client_round']:.3f}",
+             _or_none(r["runs"][-1].get("round_s")), f"{r['core_s_per_client_round']:.3f}",
              _or_none(r["clients_own_core_s_beyond_training"]),
              _or_none(r["added_core_s_per_client_round"]),
              *(_or_none((r["added_by_kind"] or {}).get(kind)) for kind in kinds)]

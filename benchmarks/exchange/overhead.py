@@ -59,6 +59,8 @@ def overhead_run(
         "rounds": rounds,
         "rounds_completed": summary["rounds_completed"],
         "wall_s": wall_s,
+        # The rounds alone (the run's own clock, from the first round to the last report).
+        "round_s": summary["wall_s"] / max(1, summary["rounds_completed"]),
         "cpu_s": sum(by_kind.values()),
         "cpu_s_by_kind": by_kind,
         "train_cpu_s": train_cpu_s,

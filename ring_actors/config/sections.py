@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ring_actors.config.checks import ConfigError, check, is_path_component
 from ring_actors.faults.plan import CLIENT_FAULT_ACTIONS, FaultSection
 from ring_actors.heterogeneity.section import HeterogeneitySection
+from ring_actors.timeouts import TRACKING_CLOSE_S
 
 if TYPE_CHECKING:  # the methods (and torch) are imported where options are read, not here
     from ring_actors.algorithms import AlgorithmOptions
@@ -329,6 +330,12 @@ class TrackingSection:
     upload_checkpoints: bool = False
     # An MLflow run this run is nested under (a sweep's parent run).
     parent_run_id: str | None = None
+    # How long the run's end keeps trying a tracking server that does not answer, before
+    # what it never took goes to unsent_metrics.jsonl.
+    give_up_s: float = TRACKING_CLOSE_S
+
+    def __post_init__(self) -> None:
+        check(self.give_up_s > 0, "tracking.give_up_s", "a number of seconds > 0")
 
 
 @dataclass(frozen=True)

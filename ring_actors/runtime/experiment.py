@@ -59,7 +59,7 @@ class Experiment:
 
     @property
     def timeouts(self) -> Timeouts:
-        return Timeouts.from_schedule(self.config.schedule)
+        return Timeouts.from_schedule(self.config.schedule, self.config.tracking.give_up_s)
 
     def create_clients(self, ids: list[int]) -> Started:
         """Start client actors for ``ids`` in waves and record where they landed.

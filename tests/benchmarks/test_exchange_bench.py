@@ -86,6 +86,7 @@ def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
         assert run["trained_client_rounds"] == 2 * run["rounds"]
         assert run["cpu_s"] > run["train_cpu_s"] > 0
         assert run["core_s_per_client_round"] > 0
+        assert 0 < run["round_s"] < run["wall_s"]  # the rounds, without the launch
     assert row["core_s_per_client_round"] == row["runs"][-1]["core_s_per_client_round"]
     assert row["clients_own_core_s_beyond_training"] > 0  # round 1's, as the clients measured
     assert row["added_core_s_per_client_round"] == pytest.approx(sum(row["added_by_kind"].values()))

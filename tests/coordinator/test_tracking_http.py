@@ -170,7 +170,8 @@ def test_a_server_gone_for_good_leaves_every_unsent_metric_in_the_file(tmp_path,
 def test_a_ring_whose_tracking_server_is_gone_finishes_and_keeps_its_metrics(ray_local, tmp_path):
     """The real coordinator: its ring never waits on MLflow, and what MLflow never got
     is in the output directory at the end."""
-    config = small_config(tmp_path, f"tracking.uri=http://127.0.0.1:{free_port()}")
+    uri = f"tracking.uri=http://127.0.0.1:{free_port()}"
+    config = small_config(tmp_path, uri, "tracking.give_up_s=3")
     out = tmp_path / "out"
     summary = run_experiment(config, out, progress=False)
     assert summary["rounds_completed"] == 3 and summary["mlflow"]["run_id"] is None

@@ -1,10 +1,12 @@
-"""A ring spread over a three-node Ray cluster on one machine; losing a node heals the ring."""
+"""A ring spread over a three-node Ray cluster on one machine; losing a node heals the ring;
+laps summed by the engine across the nodes."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 
+import pyarrow.parquet as pq
 import pytest
 import ray
 from ray.cluster_utils import Cluster
@@ -59,3 +61,35 @@ def test_clients_spread_over_nodes_and_a_lost_node_is_bypassed(cluster, tmp_path
     assert summary["events"]["bypasses"] == len(lost)
     assert summary["events"]["lost_payloads"] == 0
     assert summary["rounds_completed"] == 5
+
+
+def test_laps_are_summed_by_the_engine_across_nodes(cluster, tmp_path):
+    """FedAvg's laps over gloo among clients on different nodes, the group found through
+    the cluster's key-value store: every round, each member applied one total the engine
+    summed (a lap by the engine is 2(N-1) steps of one buffer; a token lap, two sends)."""
+    config = small_config(
+        tmp_path,
+        "algorithm.name=fedavg",
+        "experiment.rounds=3",
+        "clients.num_cpus=0.5",
+        "clients.placement=spread",
+        "schedule.hop_timeout_s=10",
+        "schedule.lap_engine=collective",
+    )
+    experiment = launch(config, tmp_path / "out")
+    try:
+        nodes = {facts.node_id for facts in experiment.placement.values()}
+        started = time.monotonic()
+        ray.get(experiment.coordinator.start_clients.remote())
+        summary = wait_and_finalize(experiment, started, progress=False)
+    finally:
+        shutdown(experiment)
+    assert len(nodes) >= 2 and summary["rounds_completed"] == 3
+    rows = pq.read_table(tmp_path / "out" / "metrics.parquet").to_pylist()
+    events = pq.read_table(tmp_path / "out" / "events.parquet").to_pylist()
+    assert not [e for e in events if e["kind"] == "lap_engine_fallback"], events
+    assert any(e["kind"] == "lap_group_formed" for e in events)
+    for round_ in range(3):
+        applied = [r for r in rows if r["round"] == round_]
+        assert len(applied) == 4 and len({r["lap_average_checksum"] for r in applied}) == 1
+    assert all(r["hops"] == 2 * (4 - 1) for r in rows), [r["hops"] for r in rows]
