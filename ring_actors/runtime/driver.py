@@ -90,17 +90,12 @@ def connect_ray(
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     local = {} if address else {"include_dashboard": dashboard}
-    # "local": a Ray of this run's own, never one a file of a Ray gone left behind.
     if not address:  # a local Ray keeps its token on this machine: no notice to read
         logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     env = job_runtime_env(py_modules)
     on_sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(
-        address=address or "local",
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env=env,
-        **local,
+        address=address, log_to_driver=False, configure_logging=False, runtime_env=env, **local
     )
     take_sigterm_back(on_sigterm)
     return address is None
