@@ -54,6 +54,7 @@ from benchmarks.exchange.hop import PHASES, HopReceiver, hop_row
 from benchmarks.exchange.lap import LAP_KINDS, laps_in_process, laps_on_ray
 from benchmarks.exchange.merge import merge_row
 from benchmarks.exchange.overhead import overhead_row
+from ring_actors.config.persistence import CheckpointSection
 from ring_actors.config.sections import ChunkedLaps
 
 __all__ = ["PHASES", "main"]
@@ -63,7 +64,8 @@ COLUMNS = {
     "merge": {"state": "backbone", "MiB": "mb", "states merged": "received",
               "merge ms": "merge_ms", "memcpy ms": "memcpy_ms"},
     "checkpoint": {"method": "method", "rounds": "rounds", "checkpoint CPU ms": "cpu_ms",
-                   "wall ms": "wall_ms", "MB written": "mb_written"},
+                   "wall ms": "wall_ms", "the round's wait ms": "on_path_ms",
+                   "MB written": "mb_written"},
 }  # fmt: skip
 
 
@@ -95,7 +97,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="one count, or two: their difference leaves launch out")  # fmt: skip
     parser.add_argument("--samples", type=int, default=32, help="training samples per client")
     parser.add_argument("--no-checkpoint", action="store_true",
-                        help="overhead: clients write no per-round checkpoint")  # fmt: skip
+                        help="overhead: clients write no checkpoint")  # fmt: skip
+    parser.add_argument("--checkpoint-every", type=int, default=CheckpointSection.every_rounds,
+                        help="overhead: the runs' checkpoint.every_rounds")  # fmt: skip
     parser.add_argument("--chunked-laps", choices=get_args(ChunkedLaps), default="auto",
                         help="overhead: the runs' schedule.chunked_laps")  # fmt: skip
     parser.add_argument("--dataset", default="fashion-mnist-sample")
@@ -131,12 +135,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     costs = [r for r in rows if r["part"] == "overhead"]
     if costs:
         kinds = ("clients", "coordinator", "slot pool", "driver", "ray")
-        header = ["method", "clients", "checkpoint", "laps in chunks", "s per round",
+        header = ["method", "clients", "checkpoint", "every rounds", "laps in chunks",
+                  "s per round",
                   "core-s per client-round",
                   "a client's own, beyond training", "added per client-round",
                   *(f"added: {kind}" for kind in kinds)]  # fmt: skip
         parts.append(markdown_table(header, [
-            [r["method"], r["clients"], r["checkpoint"], r["chunked_laps"],
+            [r["method"], r["clients"], r["checkpoint"], r.get("checkpoint_every"),
+             r["chunked_laps"],
              _or_none(r["runs"][-1].get("round_s")), f"{r['core_s_per_client_round']:.3f}",
              _or_none(r["clients_own_core_s_beyond_training"]),
              _or_none(r["added_core_s_per_client_round"]),

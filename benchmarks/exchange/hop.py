@@ -77,7 +77,7 @@ class HopReceiver:
 
     def reset(self) -> None:
         self.inbox.take(Channel.SHARE)
-        self.spool.retain(())
+        self.spool.discard(self.spool.names())
         self.last = None
 
 

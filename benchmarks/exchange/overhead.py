@@ -37,6 +37,7 @@ def overhead_run(
                 "checkpoint": not args.no_checkpoint,
             },
             "algorithm": {"name": method},
+            "checkpoint": {"every_rounds": args.checkpoint_every},
             "schedule": {"chunked_laps": args.chunked_laps},
             "eval": {"every": rounds, "global_max_samples": 100},
             "tracking": {"uri": f"sqlite:///{out / 'mlflow.db'}"},
@@ -76,7 +77,8 @@ def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path)
         for rounds in args.rounds
     ]
     row = {"part": "overhead", "method": method, "clients": clients,
-           "checkpoint": not args.no_checkpoint, "chunked_laps": args.chunked_laps,
+           "checkpoint": not args.no_checkpoint, "checkpoint_every": args.checkpoint_every,
+           "chunked_laps": args.chunked_laps,
            "runs": runs}  # fmt: skip
     row["core_s_per_client_round"] = runs[-1]["core_s_per_client_round"]
     row["clients_own_core_s_beyond_training"] = runs[-1]["clients_own_core_s_beyond_training"]

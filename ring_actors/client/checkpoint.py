@@ -7,6 +7,7 @@ so a checkpoint directory on a shared filesystem is not a way into every node.
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,10 +16,11 @@ from typing import Any, Protocol
 import torch
 
 from ring_actors.algorithms.base import Algorithm, AlgorithmOptions
+from ring_actors.client.checkpoint_writer import CheckpointWriter
 from ring_actors.client.lap_totals import LapTotalFiles
 from ring_actors.client.ring_lap import RingLaps
 from ring_actors.client.state import Journal, Progress, Published
-from ring_actors.config import Config
+from ring_actors.config import CheckpointSection, Config
 from ring_actors.delivery.inbox import Inbox
 from ring_actors.delivery.outbox import NotKept, Outbox
 from ring_actors.delivery.payloads import Channel, Payload, detach_to_cpu
@@ -72,11 +74,19 @@ class PushSpool:
         schedule, rounds = self.config.schedule, self.config.experiment.rounds
         return schedule.mode != "sync" or payload.round < rounds - 1
 
-    def retain_unmerged(self) -> None:
-        """Drop what a checkpoint just merged: only the inbox's pushes are still needed."""
+    def merged(self) -> set[str]:
+        """The kept pushes a checkpoint taken now covers (merged: no longer in the inbox),
+        to delete once it is on disk; one kept after this call is never among them."""
+        if self.spool is None:
+            return set()
+        with self.lock:
+            unmerged = self.spool.names_of(p.key for p in self.inbox.peek(_is_share))
+            return self.spool.names() - unmerged
+
+    def discard(self, names: set[str]) -> None:
+        """Drop what a checkpoint now on disk merged."""
         if self.spool is not None:
-            with self.lock:
-                self.spool.retain(p.key for p in self.inbox.peek(_is_share))
+            self.spool.discard(names)
 
     def restore(self, device: torch.device) -> None:
         """Queue again what was acknowledged before a crash."""
@@ -93,11 +103,14 @@ class CheckpointHost(Protocol):
 
 @dataclass(eq=False)
 class Checkpointing:
-    """A client's own checkpoint after each round, and its restore after a restart."""
+    """A client's own checkpoint after the rounds its policy names, and its restore after
+    a restart. The round takes a snapshot; a writer thread puts it on disk."""
 
     id: int
     path: Path | None
     device: torch.device
+    policy: CheckpointSection
+    last_round: int
     progress: Progress
     published: Published
     journal: Journal
@@ -107,17 +120,36 @@ class Checkpointing:
     control: ControlLink
     host: CheckpointHost
     lap_files: LapTotalFiles | None = field(init=False)
+    writer: CheckpointWriter = field(init=False)
+    saved_round: int = field(init=False, default=-1)
 
     def __post_init__(self) -> None:
         path = self.path
         self.lap_files = LapTotalFiles(path.with_suffix(".laps")) if path else None
+        background = self.policy.background
+        if background == "auto":
+            background = self.device.type == "cuda"
+        self.writer = CheckpointWriter(f"checkpoint-{self.id}", background)
         if path is not None:  # a start after a kill: no draft of this client's stays
             remove_drafts(path.parent, of=path.name)  # a folder every client writes in
             for own_folder in (path.with_suffix(".inbox"), path.with_suffix(".laps")):
                 remove_drafts(own_folder)
 
+    def after_round(self, round_: int) -> None:
+        """Save the state after ``round_`` if the policy names it."""
+        if self.path is not None and self.policy.due(round_, self.last_round):
+            self.save(round_)
+
+    def finish(self, round_: int) -> None:
+        """The loop is over: the newest state saved and on disk before the run's end."""
+        if self.path is not None:
+            if round_ > self.saved_round:
+                self.save(round_)
+            self.writer.flush()
+
     def save(self, round_: int) -> None:
-        """The private state after ``round_``, for a restarted client to resume from."""
+        """Snapshot the private state after ``round_``, for a restarted client to resume
+        from, and hand it to the writer."""
         path = self.path
         assert path is not None
         # A receiver keeps every push it acknowledged (its spool): a restart needs only those
@@ -130,25 +162,38 @@ class Checkpointing:
             # are unacknowledged again, so it re-sends its pushes to every out-neighbour.
             published = dict(self.published.by_round)
         older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
+        # A background write gets a copy of the method, which the round goes on changing (one
+        # memcpy of its tensors; the rest of the state never changes once made).
+        algorithm = self.host.algorithm
+        if self.writer.background:
+            algorithm = copy.deepcopy(algorithm)
         if last is not None:  # restored as ``last_push``
-            last = sharing_storage(last, self.host.algorithm.shared_state())
+            last = sharing_storage(last, algorithm.shared_state())
         pushes = [*older.values(), *([last] if last else [])]
         lap_files = self.lap_files
         assert lap_files is not None
-        laps = lap_files.keep(self.laps.kept())  # only totals not on disk yet are written
+        totals = self.laps.kept()  # a kept total never changes: the writer reads it later
+        laps = sorted(totals)
         state = {
             "round": round_,
             "first_round": self.progress.first_round,
-            "algorithm": self.host.algorithm,
+            "algorithm": algorithm,
             "journal": self.journal.dicts(),
             "pushes": pushes,
             "published": published,
             "laps": laps,
             "torch_rng": torch.get_rng_state(),
         }
-        write_atomic(path, lambda file: save_state(state, file))
-        lap_files.retain(laps)  # the totals no checkpoint lists any more
-        self.kept.retain_unmerged()  # what this checkpoint merged is no longer needed
+        merged = self.kept.merged()
+
+        def write() -> None:
+            lap_files.keep(totals)  # only totals not on disk yet are written
+            write_atomic(path, lambda file: save_state(state, file))
+            lap_files.retain(laps)  # the totals no checkpoint lists any more
+            self.kept.discard(merged)  # what this checkpoint merged is no longer needed
+
+        self.writer.submit(write)
+        self.saved_round = round_
 
     def load(self) -> int | None:
         """Restore the last checkpoint and re-send the reports a crash may have cut off;
@@ -157,6 +202,7 @@ class Checkpointing:
         if path is None or not path.exists():
             return None
         saved = load_client_state(path, self.device)
+        self.saved_round = saved["round"]
         self.host.algorithm = saved["algorithm"]
         self.progress.completed = saved["round"]
         self.progress.first_round = saved["first_round"]

@@ -153,7 +153,8 @@ class ClientCore:
             host=self,
         )  # fmt: skip
         self.checkpoint = Checkpointing(
-            client_id, checkpoint_path, self.device, progress=self.progress,
+            client_id, checkpoint_path, self.device, config.checkpoint,
+            config.experiment.rounds - 1, progress=self.progress,
             published=self.published, journal=self.reports, laps=self.laps,
             outbox=self.outbox, kept=self.kept, control=control, host=self,
         )  # fmt: skip
@@ -176,13 +177,14 @@ class ClientCore:
             self.progress.completed = first_round - 1
             self._start_thread(first_round, joining)
 
-    def resume(self) -> None:
+    def resume(self, struck_through: int = -1) -> None:
         """Continue a run from this client's checkpoint: the round after the saved one.
 
-        The plan's entries strike from that round on, as they would have uninterrupted:
-        only the rounds the checkpoint finished are behind it."""
+        The plan's entries strike from the round after ``struck_through`` on (the last round
+        the coordinator heard of, which a checkpoint taken every few rounds may lag): the
+        rounds redone since the checkpoint struck theirs before the run stopped."""
         if self.thread is None:
-            self.resumed_after = self.progress.completed
+            self.resumed_after = max(self.progress.completed, struck_through)
             self._start_thread(self.progress.completed + 1, joining=None)
 
     def _start_thread(self, first_round: int, joining: Joining | None) -> None:
@@ -232,7 +234,9 @@ class ClientCore:
         }
 
     def save_checkpoint(self, round_: int) -> None:
+        """The state after ``round_``, on disk when this returns."""
         self.checkpoint.save(round_)
+        self.checkpoint.writer.flush()
 
     def load_checkpoint(self) -> int | None:
         return self.checkpoint.load()
@@ -294,6 +298,7 @@ class ClientCore:
             self._rounds(first_round)
             self.availability.rounds_over()
             self._score_at_budget_end()
+            self.checkpoint.finish(self.progress.completed)
             self._report_done()
         except Exception as err:  # reported with its traceback: the coordinator decides
             log.exception("client %d failed in round %d", self.id, self.progress.round)
@@ -317,8 +322,9 @@ class ClientCore:
             if not trained:
                 return  # the time budget ran out while it waited
             self.progress.completed = round_
-            self.laps.forget_before(round_ - KEEP_ROUNDS)
-            self.inbox.forget_before(round_ - KEEP_ROUNDS, Channel.SHARE)
+            kept = self.config.checkpoint.rounds_kept(KEEP_ROUNDS)
+            self.laps.forget_before(round_ - kept)
+            self.inbox.forget_before(round_ - kept, Channel.SHARE)
             round_ += 1
 
     def run_round(self, round_: int) -> bool:
@@ -363,11 +369,10 @@ class ClientCore:
         self.outbox.count_collective(nbytes, members)
 
     def _report_round(self, round_: int, metrics: dict[str, float]) -> None:
-        """Journal the report, checkpoint (a crash after it resumes from this round), then
-        tell the coordinator."""
+        """Journal the report, hand a due checkpoint to its writer, then tell the coordinator
+        (a crash before the write is done resumes from an older round and redoes this one)."""
         self.reports.add(JournalEntry("round", round_, dict(metrics)))
-        if self.checkpoint.path is not None:
-            self.checkpoint.save(round_)
+        self.checkpoint.after_round(round_)
         self.control.report_round(self.id, round_, metrics)
 
     def _score_at_budget_end(self) -> None:

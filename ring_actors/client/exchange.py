@@ -213,7 +213,8 @@ class Exchange:
         if offer is not None:
             with published.lock:
                 published.by_round[round_] = shared
-                for old in [r for r in published.by_round if r <= round_ - KEEP_PUBLISHED]:
+                kept = self.config.checkpoint.rounds_kept(KEEP_PUBLISHED)
+                for old in [r for r in published.by_round if r <= round_ - kept]:
                     del published.by_round[old]
         tensors = offer if offer is not None else shared
         if not tensors or self.control.isolated:

@@ -31,13 +31,12 @@ class LapTotalFiles:
         self.directory = directory
         self.written: dict[LapKey, LapResult] = {}  # what is on disk, by the object written
 
-    def keep(self, results: dict[LapKey, LapResult]) -> list[LapKey]:
-        """Write each result not on disk yet; the keys for the checkpoint to list."""
+    def keep(self, results: dict[LapKey, LapResult]) -> None:
+        """Write each result not on disk yet."""
         for key, result in results.items():
             if self.written.get(key) is not result:
                 write_atomic(self._path(key), lambda file, r=result: save_state(r, file))
                 self.written[key] = result
-        return sorted(results)
 
     def retain(self, keys: Collection[LapKey]) -> None:
         """Delete the totals the checkpoint just written no longer lists."""

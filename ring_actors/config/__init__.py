@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # what editors and type checkers read; at run time, ``__getat
     from ring_actors.config.loading import config_from_dict as config_from_dict
     from ring_actors.config.loading import load_config as load_config
     from ring_actors.config.methods import check_backbone_for as check_backbone_for
+    from ring_actors.config.persistence import CheckpointSection as CheckpointSection
+    from ring_actors.config.persistence import TrackingSection as TrackingSection
     from ring_actors.config.sections import AlgorithmSection as AlgorithmSection
     from ring_actors.config.sections import ClientsSection as ClientsSection
     from ring_actors.config.sections import Config as Config
@@ -32,7 +34,6 @@ if TYPE_CHECKING:  # what editors and type checkers read; at run time, ``__getat
     from ring_actors.config.sections import RaySection as RaySection
     from ring_actors.config.sections import ScheduleSection as ScheduleSection
     from ring_actors.config.sections import TopologySection as TopologySection
-    from ring_actors.config.sections import TrackingSection as TrackingSection
     from ring_actors.faults.plan import FAULT_ACTIONS as FAULT_ACTIONS
     from ring_actors.faults.plan import FaultSection as FaultSection
 
@@ -53,8 +54,8 @@ _PUBLIC = {
         "RaySection",
         "ScheduleSection",
         "TopologySection",
-        "TrackingSection",
     ),
+    "ring_actors.config.persistence": ("CheckpointSection", "TrackingSection"),
     "ring_actors.faults.plan": ("FAULT_ACTIONS", "FaultSection"),
 }
 _HOMES = {name: module for module, names in _PUBLIC.items() for name in names}

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ring_actors.config.checks import ConfigError, check, is_path_component
+from ring_actors.config.persistence import CheckpointSection, TrackingSection
 from ring_actors.faults.plan import CLIENT_FAULT_ACTIONS, FaultSection
 from ring_actors.heterogeneity.section import HeterogeneitySection
-from ring_actors.timeouts import TRACKING_CLOSE_S
 
 if TYPE_CHECKING:  # the methods (and torch) are imported where options are read, not here
     from ring_actors.algorithms import AlgorithmOptions
@@ -106,8 +106,9 @@ class ClientsSection:
     # Ray restarts a crashed client this many times; it comes back from its last
     # checkpoint and is spliced in again. 0: it stays out.
     max_restarts: int = 0
-    # Every client saves its private state after each round, so a crashed client or a
-    # whole run whose driver died (``jobs.train --resume RUN_DIR``) continues from there.
+    # Every client saves its private state (how often: the ``checkpoint`` section), so a
+    # crashed client or a whole run whose driver died (``jobs.train --resume RUN_DIR``)
+    # continues from there.
     checkpoint: bool = True
     # Seconds to wait for every client actor to be placed and constructed; a cluster that
     # cannot fit them fails the run with the demand and the capacity instead of waiting forever.
@@ -322,23 +323,6 @@ class EvalSection:
 
 
 @dataclass(frozen=True)
-class TrackingSection:
-    uri: str | None = None
-    experiment: str | None = None
-    # The clients' checkpoints hold their private models, which the methods promise never
-    # leave a client: they are uploaded to MLflow only when this says so.
-    upload_checkpoints: bool = False
-    # An MLflow run this run is nested under (a sweep's parent run).
-    parent_run_id: str | None = None
-    # How long the run's end keeps trying a tracking server that does not answer, before
-    # what it never took goes to unsent_metrics.jsonl.
-    give_up_s: float = TRACKING_CLOSE_S
-
-    def __post_init__(self) -> None:
-        check(self.give_up_s > 0, "tracking.give_up_s", "a number of seconds > 0")
-
-
-@dataclass(frozen=True)
 class RaySection:
     address: str | None = None
     dashboard: bool = False  # Ray's dashboard on a local Ray (a cluster has its own setting)
@@ -356,6 +340,7 @@ class Config:
     topology: TopologySection = field(default_factory=TopologySection)
     schedule: ScheduleSection = field(default_factory=ScheduleSection)
     eval: EvalSection = field(default_factory=EvalSection)
+    checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     tracking: TrackingSection = field(default_factory=TrackingSection)
     ray: RaySection = field(default_factory=RaySection)
     faults: tuple[FaultSection, ...] = ()

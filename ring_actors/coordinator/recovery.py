@@ -148,13 +148,14 @@ class Recovery:
             self.checkpoint(force=True)
             self.changes.broadcast()
             handles = roster.handles
+            members = roster.table.members
             for client_id in running:
-                handles[client_id].resume()
+                handles[client_id].resume(members[client_id].last_round)
             for client_id in away:
                 if client_id in back:
                     handles[client_id].start(first_rounds[client_id])
                 else:
-                    handles[client_id].resume()
+                    handles[client_id].resume(members[client_id].last_round)
 
     def _away_with_a_loop(self, client_id: int) -> bool:
         """Offline, or bypassed as hung, with an actor of this run to resume."""

@@ -18,7 +18,7 @@ import torch
 from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
-from ring_actors.storage.state_files import remove_all_but, save_state
+from ring_actors.storage.state_files import save_state
 
 PayloadKey = tuple[int, int, int, str, str]
 
@@ -33,10 +33,20 @@ class Spool:
         """Write ``payload``; a reader later sees all of it or none of it."""
         write_atomic(self._path(payload.key), lambda file: save_state(payload, file))
 
-    def retain(self, keys: Iterable[PayloadKey]) -> None:
-        """Delete every kept payload but those with ``keys``: the rest are merged and
-        covered by a checkpoint."""
-        remove_all_but(self.directory, {self._path(k).name for k in keys})
+    def names(self) -> set[str]:
+        """The files of every kept payload."""
+        if not self.directory.exists():
+            return set()
+        return {p.name for p in self.directory.glob("*.pt")}
+
+    def names_of(self, keys: Iterable[PayloadKey]) -> set[str]:
+        """The files the payloads with ``keys`` are kept in."""
+        return {self._path(key).name for key in keys}
+
+    def discard(self, names: Iterable[str]) -> None:
+        """Delete the kept payloads in files ``names``: merged and covered by a checkpoint."""
+        for name in names:
+            (self.directory / name).unlink(missing_ok=True)
 
     def load(self, device: torch.device) -> list[Payload]:
         """Every kept payload, oldest round first."""

@@ -7,6 +7,7 @@ import importlib
 import io
 import os
 import sys
+import threading
 
 import pytest
 import torch
@@ -108,12 +109,13 @@ def test_the_coordinator_record_round_trips_and_refuses_another_version(tmp_path
         read_record(path)
 
 
-def _checkpointing_client(tmp_path, algorithm: str):
+def _checkpointing_client(tmp_path, algorithm: str, **sections):
     config = config_from_dict(
         {
             "clients": {"count": 3},
             "algorithm": {"name": algorithm},
             "schedule": {"hop_timeout_s": 2},
+            **sections,
         }
     )
     data = separable(32, 4, SHAPE)
@@ -142,6 +144,7 @@ def test_a_last_push_equal_to_the_model_is_written_once_and_restored_apart_from_
 ):
     client, data = _checkpointing_client(tmp_path, algorithm)
     assert client.run_round(0)
+    client.checkpoint.writer.flush()  # written off the round's path
     push = client.published.last_push
     method_bytes = _bytes_saved(client.algorithm)
     push_bytes = sum(t.numel() * t.element_size() for t in push.tensors.values())
@@ -181,6 +184,39 @@ def test_a_laps_total_is_written_once_and_a_restore_gets_every_total_still_kept(
         kept = restored.lap_result("avg", round_)
         assert kept is not None and torch.equal(kept.total["x"], totals[round_]["x"])
     assert restored.lap_result("avg", 4).contributors == (0, 1)
+
+
+def test_a_client_saves_after_every_nth_round_and_after_the_last(tmp_path):
+    client, _ = _checkpointing_client(
+        tmp_path, "dfedavg", checkpoint={"every_rounds": 3}, experiment={"rounds": 7}
+    )
+    path, saved = tmp_path / "c.pt", []
+    for round_ in range(7):
+        client.checkpoint.after_round(round_)
+        client.checkpoint.writer.flush()
+        on_disk = load_client_state(path, torch.device("cpu")) if path.exists() else None
+        saved.append(on_disk and on_disk["round"])
+    assert saved == [None, None, 2, 2, 2, 5, 6]
+
+
+@pytest.mark.parametrize(("background", "expected"), [("auto", False), (True, True)])
+def test_a_cpu_client_writes_inline_unless_told_and_a_background_write_gets_a_copy(
+    tmp_path, background, expected
+):
+    client, data = _checkpointing_client(tmp_path, "dfedavg", checkpoint={"background": background})
+    writer = client.checkpoint.writer
+    assert writer.background is expected
+    before = {k: t.clone() for k, t in client.algorithm.shared_state().items()}
+    disk_busy = threading.Event()
+    if writer.background:
+        writer.submit(lambda: disk_busy.wait(10))  # the snapshot's write waits behind it
+    client.checkpoint.save(0)
+    client.algorithm.train_round(data)  # the round goes on while the write is queued
+    disk_busy.set()
+    writer.flush()
+    saved = load_client_state(tmp_path / "c.pt", torch.device("cpu"))["algorithm"]
+    for name, tensor in before.items():
+        assert torch.equal(saved.shared_state()[name], tensor), name
 
 
 def test_drafts_a_kill_left_are_removed_at_the_next_start_and_only_the_clients_own(tmp_path):

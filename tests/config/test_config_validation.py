@@ -27,6 +27,7 @@ from ring_actors.config import Config, ConfigError, config_from_dict, load_confi
         ("schedule.on_client_error=ignore", "schedule.on_client_error"),
         ("eval.last_rounds=0", "eval.last_rounds"),
         ("tracking.give_up_s=0", "tracking.give_up_s"),
+        ("checkpoint.every_rounds=0", "checkpoint.every_rounds"),
         ("faults=[{at_round: 1, error: [9]}]", "faults[].error"),
     ],
 )

@@ -27,11 +27,11 @@ from tests.helpers.synthetic import separable
 CONFIG = config_from_dict({"clients": {"count": 3}, "schedule": {"hop_timeout_s": 2}})
 
 
-def checkpointing_core(path, client_id: int = 0) -> ClientCore:
+def checkpointing_core(path, client_id: int = 0, config=CONFIG) -> ClientCore:
     data = separable(32, 4, SHAPE)
-    method = build_algorithm(CONFIG, client_id, 4, SHAPE, torch.device("cpu"))
+    method = build_algorithm(config, client_id, 4, SHAPE, torch.device("cpu"))
     splits = ClientData(data, data, data)
-    client = ClientCore(client_id, CONFIG, method, splits, Reports(), checkpoint_path=path)
+    client = ClientCore(client_id, config, method, splits, Reports(), checkpoint_path=path)
     client.set_view(View(1, (0, 1, 2), (0, 0, 0)), {1: Peer(), 2: Peer()})
     return client
 
@@ -44,7 +44,8 @@ def test_the_spool_keeps_loads_and_drops_payloads(tmp_path):
     loaded = spool.load(torch.device("cpu"))
     assert [(p.sender, p.round) for p in loaded] == [(1, 3), (2, 4)]  # oldest round first
     assert torch.equal(loaded[1].tensors["w"], pushes[0].tensors["w"])
-    spool.retain([pushes[1].key])
+    assert spool.names() == spool.names_of(p.key for p in pushes)
+    spool.discard(spool.names_of([pushes[0].key]))
     assert [(p.sender, p.round) for p in spool.load(torch.device("cpu"))] == [(1, 3)]
 
 
@@ -78,6 +79,24 @@ def test_a_checkpoint_drops_what_it_merged_and_keeps_what_it_did_not(tmp_path):
     restarted = checkpointing_core(path)
     restarted.load_checkpoint()
     assert [(p.sender, p.round) for p in restarted.inbox.peek(lambda p: True)] == [(2, 1)]
+
+
+def test_a_push_merged_after_a_checkpoints_snapshot_is_kept_until_one_covers_it(tmp_path):
+    """The checkpoint is written off the round's path: a push the next round merges while
+    the write is still queued is not covered by it, so the spool keeps it."""
+    path = tmp_path / "client-0.pt"
+    background = config_from_dict({**CONFIG.to_dict(), "checkpoint": {"background": True}})
+    client = checkpointing_core(path, config=background)
+    disk_busy = threading.Event()
+    client.checkpoint.writer.submit(lambda: disk_busy.wait(10))
+    client.checkpoint.save(0)  # the snapshot is taken; its write waits for the disk
+    client.receive(share(client, 2, 0))
+    client.inbox.take("share", max_round=0)  # round 1 merges it, after the snapshot
+    disk_busy.set()
+    client.checkpoint.writer.flush()
+    restarted = checkpointing_core(path)
+    assert restarted.load_checkpoint() == 0
+    assert [(p.sender, p.round) for p in restarted.inbox.peek(lambda p: True)] == [(2, 0)]
 
 
 def test_a_client_that_does_not_checkpoint_writes_nothing(tmp_path):

@@ -44,7 +44,7 @@ class ScriptedClient:
     def start(self, first_round: int = 0, joining=None) -> None:
         self.started.append((first_round, joining))
 
-    def resume(self) -> None:
+    def resume(self, struck_through: int = -1) -> None:
         self.resumed += 1
 
     def hand_off(self, joiner: int, handle, round_: int) -> None:

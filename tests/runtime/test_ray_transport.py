@@ -83,7 +83,7 @@ class Client:
     def start(self, first_round: int = 0, joining=None) -> None:
         self.calls.append(("start", first_round, joining))
 
-    def resume(self) -> None:
+    def resume(self, struck_through: int = -1) -> None:
         self.calls.append(("resume",))
 
     def heard(self) -> list[tuple]:
