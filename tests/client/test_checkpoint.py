@@ -186,6 +186,27 @@ def test_a_laps_total_is_written_once_and_a_restore_gets_every_total_still_kept(
     assert restored.lap_result("avg", 4).contributors == (0, 1)
 
 
+def test_a_kill_between_the_laps_files_and_the_checkpoint_listing_them_costs_nothing(tmp_path):
+    """The writer puts a round's totals on disk, then the checkpoint that lists them; killed
+    in between, the client resumes from the older checkpoint, and the total it finds for the
+    round it redoes is the one it computes again, not the orphan."""
+    client, _ = _checkpointing_client(tmp_path, "fedavg")
+    total = {r: {"x": torch.full((4,), float(r))} for r in (0, 1)}
+    client.laps.results[("avg", 0)] = LapResult(total[0], (0, 1, 2))
+    client.save_checkpoint(0)
+    client.laps.results[("avg", 1)] = LapResult(total[1], (0, 1, 2))
+    client.checkpoint.lap_files.keep(client.laps.kept())  # then the kill
+    restored, _ = _checkpointing_client(tmp_path, "fedavg")
+    assert restored.load_checkpoint() == 0
+    assert sorted(restored.laps.kept()) == [("avg", 0)]
+    redone = {"x": torch.full((4,), 7.0)}
+    restored.laps.results[("avg", 1)] = LapResult(redone, (0, 1))
+    restored.save_checkpoint(1)
+    again, _ = _checkpointing_client(tmp_path, "fedavg")
+    assert again.load_checkpoint() == 1
+    assert torch.equal(again.lap_result("avg", 1).total["x"], redone["x"])
+
+
 def test_a_client_saves_after_every_nth_round_and_after_the_last(tmp_path):
     client, _ = _checkpointing_client(
         tmp_path, "dfedavg", checkpoint={"every_rounds": 3}, experiment={"rounds": 7}
