@@ -42,7 +42,9 @@ class Failures(Reports):
         self.failed.append(round_)
 
 
-def resumed_client(action: str, at_round: int) -> tuple[ClientCore, Recorded, Failures]:
+def resumed_client(
+    action: str, at_round: int, struck_through: int = -1
+) -> tuple[ClientCore, Recorded, Failures]:
     """A client alone in its view whose plan holds one ``action`` at ``at_round``, resumed from its
     checkpoint of ``CHECKPOINT_ROUND``; returns once its loop ended."""
     config = config_from_dict(
@@ -60,7 +62,7 @@ def resumed_client(action: str, at_round: int) -> tuple[ClientCore, Recorded, Fa
     client = ClientCore(0, config, method, ClientData(data, data, data), control, faults=host)
     client.set_view(View(1, (0,), (0,)), {})
     client.progress.completed = CHECKPOINT_ROUND  # as restored from its checkpoint
-    client.resume()
+    client.resume(struck_through)
     assert client.thread is not None
     client.thread.join(30)
     assert not client.thread.is_alive()
@@ -78,3 +80,11 @@ def test_an_entry_for_the_first_round_run_after_a_resume_strikes(action):
 def test_an_entry_for_a_round_the_checkpoint_finished_does_not_strike_again(action):
     client, host, control = resumed_client(action, CHECKPOINT_ROUND)
     assert not host.struck and not control.failed and client.completed == 3
+
+
+def test_an_entry_for_a_round_redone_after_an_older_checkpoint_does_not_strike_again():
+    """Checkpoints every few rounds: the coordinator heard of round 2, which the checkpoint
+    (round 1) lags; round 2 is redone without its entry striking a second time."""
+    client, host, _ = resumed_client("crash", CHECKPOINT_ROUND + 1, CHECKPOINT_ROUND + 1)
+    assert not host.struck and client.completed == 3
+
