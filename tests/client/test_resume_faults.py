@@ -87,4 +87,3 @@ def test_an_entry_for_a_round_redone_after_an_older_checkpoint_does_not_strike_a
     (round 1) lags; round 2 is redone without its entry striking a second time."""
     client, host, _ = resumed_client("crash", CHECKPOINT_ROUND + 1, CHECKPOINT_ROUND + 1)
     assert not host.struck and client.completed == 3
-
