@@ -121,9 +121,16 @@ class CollectiveLaps:
             self.groups[view.epoch] = group
             for old in sorted(self.groups)[:-KEPT_GROUPS]:
                 self._tear_down(self.groups.pop(old))
+            self._forget_before(min(self.groups))
         threading.Thread(
             target=self._form, args=(group,), name=f"lap-group-{view.epoch}", daemon=True
         ).start()
+
+    def _forget_before(self, epoch: int) -> None:
+        """Drop the per-lap marks of epochs whose group is gone: a run of many view changes
+        keeps only what its live groups may still read."""
+        self.disagreed = {key for key in self.disagreed if key[0] >= epoch}
+        self.ring_through = {key: r for key, r in self.ring_through.items() if key[0] >= epoch}
 
     def _form(self, group: LapGroup) -> None:
         started = time.monotonic()

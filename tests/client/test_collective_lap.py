@@ -200,3 +200,22 @@ def test_an_engine_ring_survives_a_crash_mid_run_with_every_survivor_on_one_tota
     assert summary["events"]["lost_payloads"] == 0
     for name, tensor in survivors[0].items():
         assert all(torch.equal(tensor, s[name]) for s in survivors[1:]), name
+
+
+def test_the_marks_of_epochs_whose_group_is_gone_are_forgotten():
+    """A lap that fell back in epoch 1 takes the ring lap for the rest of that epoch only;
+    once epoch 1's group is torn down, its marks go with it, however many epochs pass."""
+    members = (0, 1, 2)
+    laps = engines(3, LocalRendezvous())
+    for engine in laps:
+        engine.on_view(view(1, members))
+    calls = {m: (laps[m], view(1, members), contribution(m)) for m in members}
+    calls[2] = (laps[2], view(1, members), {"w": torch.ones(3, 999)})
+    assert laps_at_once(calls) == {0: None, 1: None, 2: None}
+    engine = laps[0]
+    engine.ring_through[(1, "avg")] = 4
+    assert (1, "avg") in engine.disagreed
+    for epoch in range(2, 2 + 2 * 3):
+        engine.on_view(view(epoch, (10, 0)))  # rank 1: it waits for a store, in vain
+    assert sorted(engine.groups) == [6, 7]
+    assert not engine.disagreed and not engine.ring_through
