@@ -22,7 +22,7 @@ from ring_actors.client.resources import ClientData
 from ring_actors.config import Config
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.tracking import Tracker
-from ring_actors.data.client_splits import global_test_set, split_for
+from ring_actors.data.client_splits import evaluated_split, global_test_set, split_for
 from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import load_dataset
 from ring_actors.delivery.payloads import Payload
@@ -152,7 +152,10 @@ class InProcessRing:
         save_partition(RunFolder(output_dir).partition, splits, config.data.dataset)
         global_test = global_test_set(config, dataset, splits)
         cpu = torch.device("cpu")
-        data = [client_data(dataset, split, global_test, cpu) for split in splits]
+        data = [
+            client_data(dataset, evaluated_split(config, split, i), global_test, cpu)
+            for i, split in enumerate(splits)
+        ]
         return cls(config, data, dataset.num_classes, dataset.input_shape, output_dir)
 
     def _run_clock(self) -> Future[float]:

@@ -58,7 +58,7 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
         "clients": {"count": 4, "num_cpus": 0.5, "local_epochs": 1, "batch_size": 32},
         "algorithm": {"name": "dfedavg", "lr": 0.002},
         "schedule": {"mode": "sync", "hop_timeout_s": 20},
-        "eval": {"every": 1, "global_max_samples": 500},
+        "eval": {"every": 1, "global_max_samples": 300, "local_max_samples": 200},
         "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
     }
     return config_from_dict(apply_overrides(base, overrides))

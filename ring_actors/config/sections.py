@@ -308,6 +308,9 @@ class EvalSection:
     # Global-T on a fixed seeded subset of the union of test splits (null: the whole union):
     # every client evaluates the global set, so on small machines it dominates a round.
     global_max_samples: int | None = None
+    # Local-T on a fixed seeded subset of each client's test split (null: all of it): a
+    # client's split mirrors a share of the whole test set, thousands of images each round.
+    local_max_samples: int | None = None
     # Also evaluate at the end of the first round after each multiple of this many wall
     # seconds (accuracy against time); null: by round only.
     every_s: float | None = None
@@ -320,6 +323,8 @@ class EvalSection:
         check(self.every_s is None or self.every_s > 0, "eval.every_s", "null or a number > 0")
         cap = self.global_max_samples
         check(cap is None or cap >= 1, "eval.global_max_samples", "null or an int >= 1", cap)
+        cap = self.local_max_samples
+        check(cap is None or cap >= 1, "eval.local_max_samples", "null or an int >= 1", cap)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,17 @@ def _in_classes(labels: np.ndarray, classes: tuple[int, int] | None) -> np.ndarr
     return np.flatnonzero((labels >= low) & (labels < high)).astype(np.int64)
 
 
+def evaluated_split(config: Config, split: ClientSplit, client_id: int) -> ClientSplit:
+    """A client's split with its test part cut to ``eval.local_max_samples``: a subset
+    seeded by the run's seed and the client, so every backend and a resume score the same
+    images. The partition file and Global-T keep the whole split."""
+    cap = config.eval.local_max_samples
+    if cap is None or cap >= len(split.test):
+        return split
+    rng = np.random.default_rng((config.experiment.seed, client_id))
+    return ClientSplit(split.train, np.sort(rng.choice(split.test, size=cap, replace=False)))
+
+
 def global_test_indices(splits: list[ClientSplit], cap: int | None, seed: int) -> np.ndarray:
     """The Global-T set: the union of all clients' test splits, or a seeded subset of it."""
     union = np.sort(np.concatenate([s.test for s in splits]))

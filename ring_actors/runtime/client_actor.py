@@ -136,6 +136,7 @@ class ClientActor:
 
         from ring_actors.client.core import ClientCore
         from ring_actors.client.method_factory import build_algorithm, client_data
+        from ring_actors.data.client_splits import evaluated_split
 
         fail_start(config.faults, client_id, Path(state_dir))
         context = ray.get_runtime_context()
@@ -152,7 +153,7 @@ class ClientActor:
             client_id,
             config,
             build_algorithm(config, client_id, dataset.num_classes, dataset.input_shape, device),
-            client_data(dataset, split, global_test, device),
+            client_data(dataset, evaluated_split(config, split, client_id), global_test, device),
             control,
             slots=Slots(pool_name(run_key, context.get_node_id()), client_id, timeouts.slot_wait_s),
             faults=ProcessFaults(),

@@ -26,6 +26,7 @@ from ring_actors.config import Config, ConfigError, config_from_dict, load_confi
         ("schedule.stall_hops=1", "schedule.stall_hops"),
         ("schedule.on_client_error=ignore", "schedule.on_client_error"),
         ("eval.last_rounds=0", "eval.last_rounds"),
+        ("eval.local_max_samples=0", "eval.local_max_samples"),
         ("tracking.give_up_s=0", "tracking.give_up_s"),
         ("checkpoint.every_rounds=0", "checkpoint.every_rounds"),
         ("faults=[{at_round: 1, error: [9]}]", "faults[].error"),

@@ -150,6 +150,7 @@ def real_runs(ray_local, tmp_path_factory):
         f"experiment.name={EXPERIMENT}",
         "eval.every=1",
         "eval.global_max_samples=300",
+        "eval.local_max_samples=200",
         f"tracking.uri={uri}",
     ]
     for method in ("dfedavg", "drdfl"):

@@ -24,6 +24,7 @@ def write_cell(tmp_path: Path) -> Path:
         "data.max_train_per_client=100",
         "algorithm.name=local",
         "eval.global_max_samples=200",
+        "eval.local_max_samples=200",
     )
     path = tmp_path / "cell.yaml"
     path.write_text(yaml.safe_dump(config.to_dict()))

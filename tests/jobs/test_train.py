@@ -50,6 +50,7 @@ def test_train_runs_end_to_end_and_prints_the_table(tmp_path):
         "data.max_train_per_client=200",
         f"data.root={DATA_ROOT}",
         "eval.global_max_samples=300",
+        "eval.local_max_samples=200",
         "algorithm.name=dfedavg",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
@@ -82,6 +83,7 @@ def test_ctrl_c_writes_what_exists_and_resume_finishes_the_run(tmp_path):
         "data.max_train_per_client=200",
         f"data.root={DATA_ROOT}",
         "eval.global_max_samples=300",
+        "eval.local_max_samples=200",
         "algorithm.name=dfedavg",
         "eval.every=1",
         "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 2.5}]",  # a run long past its first write

@@ -19,6 +19,7 @@ TINY = [
     "clients.count=3",
     "data.max_train_per_client=150",
     "eval.global_max_samples=200",
+    "eval.local_max_samples=200",
     "algorithm.name=dfedavg",
 ]
 

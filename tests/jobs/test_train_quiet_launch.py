@@ -56,6 +56,7 @@ def test_a_launch_of_many_clients_prints_no_worker_count_warning(tmp_path, monke
         "faults=[]",
         "data.max_train_per_client=50",
         "eval.global_max_samples=100",
+        "eval.local_max_samples=200",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     )
     assert f"{CLIENTS} clients x 1 rounds" in out  # it launched

@@ -36,6 +36,7 @@ def start_train(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
         f"experiment.rounds={ROUNDS}",
         "data.max_train_per_client=100",
         "eval.global_max_samples=200",
+        "eval.local_max_samples=200",
         "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 2.0}]",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]

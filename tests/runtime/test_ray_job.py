@@ -63,6 +63,7 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
         "data.max_train_per_client=150",
         f"data.root={Path(DATA_ROOT).resolve()}",  # the job runs in a copy of the checkout
         "eval.global_max_samples=200",
+        "eval.local_max_samples=200",
         "algorithm.name=dfedavg",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
