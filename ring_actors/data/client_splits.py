@@ -68,19 +68,22 @@ def evaluated_split(config: Config, split: ClientSplit, client_id: int) -> Clien
     """A client's split with its test part cut to ``eval.local_max_samples``: a subset
     seeded by the run's seed and the client, so every backend and a resume score the same
     images. The partition file and Global-T keep the whole split."""
-    cap = config.eval.local_max_samples
-    if cap is None or cap >= len(split.test):
-        return split
-    rng = np.random.default_rng((config.experiment.seed, client_id))
-    return ClientSplit(split.train, np.sort(rng.choice(split.test, size=cap, replace=False)))
+    seed = (config.experiment.seed, client_id)
+    test = seeded_subset(split.test, config.eval.local_max_samples, seed)
+    return split if test is split.test else ClientSplit(split.train, test)
+
+
+def seeded_subset(indices: np.ndarray, cap: int | None, seed: int | tuple[int, ...]) -> np.ndarray:
+    """``cap`` of ``indices`` drawn with ``seed``, sorted; all of them (the same array) when
+    there are no more than ``cap``."""
+    if cap is None or cap >= len(indices):
+        return indices
+    return np.sort(np.random.default_rng(seed).choice(indices, size=cap, replace=False))
 
 
 def global_test_indices(splits: list[ClientSplit], cap: int | None, seed: int) -> np.ndarray:
     """The Global-T set: the union of all clients' test splits, or a seeded subset of it."""
-    union = np.sort(np.concatenate([s.test for s in splits]))
-    if cap is None or cap >= len(union):
-        return union
-    return np.sort(np.random.default_rng(seed).choice(union, size=cap, replace=False))
+    return seeded_subset(np.sort(np.concatenate([s.test for s in splits])), cap, seed)
 
 
 def global_test_set(
