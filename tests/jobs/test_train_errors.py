@@ -4,9 +4,11 @@ traceback, no run folder left behind, and no finished result touched."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -24,11 +26,16 @@ TINY = [
 ]
 
 
-def train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def train(tmp_path: Path, *args: str, ray: ModuleType | None = None) -> subprocess.CompletedProcess:
+    """The command in a fresh interpreter; on the test's ``ray`` when given (a local Ray of
+    its own takes 6-10 s to start and stop), else on one it starts."""
     command = [sys.executable, "-m", "jobs.train", "--no-progress", *args]
     if "--resume" not in args:  # a resumed run logs where it did
         command.append(f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ)
+    if ray is not None:
+        env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 def refused(done: subprocess.CompletedProcess, *phrases: str) -> None:
@@ -47,11 +54,11 @@ def digests(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def finished_run(ray_local: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real run of three clients and two rounds, ended."""
     tmp = tmp_path_factory.mktemp("finished")
     out = tmp / "run"
-    done = train(tmp, "--output-dir", str(out), f"data.root={DATA_ROOT}", *TINY)
+    done = train(tmp, "--output-dir", str(out), f"data.root={DATA_ROOT}", *TINY, ray=ray_local)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -121,7 +128,7 @@ def test_resume_overrides_that_contradict_the_run_are_refused_naming_them(finish
 
 
 @needs_data
-def test_a_plug_in_that_fails_at_run_time_is_one_line_and_its_traceback_a_file(tmp_path):
+def test_a_plug_in_that_fails_at_run_time_is_one_line_and_its_traceback_a_file(ray_local, tmp_path):
     out = tmp_path / "run"
     done = train(
         tmp_path,
@@ -130,6 +137,7 @@ def test_a_plug_in_that_fails_at_run_time_is_one_line_and_its_traceback_a_file(t
         f"data.root={DATA_ROOT}",
         *TINY,
         "algorithm.name=tests.jobs.failing_method:FailsToTrain",
+        ray=ray_local,
     )
     refused(done, "the plug-in's own bug", "client_errors.log")
     assert "ValueError: the plug-in's own bug" in (out / "client_errors.log").read_text()
@@ -137,7 +145,7 @@ def test_a_plug_in_that_fails_at_run_time_is_one_line_and_its_traceback_a_file(t
 
 
 @needs_data
-def test_a_plug_in_that_fails_to_build_in_the_clients_is_one_message(tmp_path):
+def test_a_plug_in_that_fails_to_build_in_the_clients_is_one_message(ray_local, tmp_path):
     out = tmp_path / "run"
     done = train(
         tmp_path,
@@ -146,6 +154,7 @@ def test_a_plug_in_that_fails_to_build_in_the_clients_is_one_message(tmp_path):
         f"data.root={DATA_ROOT}",
         *TINY,
         "algorithm.name=tests.jobs.failing_method:FailsToBuild",
+        ray=ray_local,
     )
     refused(done, "could not be started", "the plug-in cannot be built", "algorithm.name")
     assert not out.exists()
