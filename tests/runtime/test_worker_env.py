@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 
 import pytest
 
@@ -70,7 +71,11 @@ def test_training_steps_reuse_memory_and_a_released_slot_returns_it():
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers lack tests/
-    probe = ray.remote(num_cpus=0, runtime_env=actor_runtime_env())(_train_and_count_faults)
+    # A process of its own, as every client has: a worker other tests computed in holds its
+    # allocator in another state (the shared Ray keeps task workers between modules).
+    env = actor_runtime_env()
+    env["env_vars"]["RING_ACTORS_FRESH_WORKER"] = uuid.uuid4().hex
+    probe = ray.remote(num_cpus=0, runtime_env=env)(_train_and_count_faults)
     measured = ray.get(probe.remote(STEPS))
     assert measured["faults_per_step"] < 300, measured  # 3,900-4,500 with glibc's thresholds
     assert measured["idle_mb"] < measured["computing_mb"], measured
