@@ -187,6 +187,19 @@ class LapMember:
         self.bare_group[0].allreduce([buffer]).wait()
         return started, time.monotonic(), True
 
+    def bare_agreement(self, round_: int, repeats: int = 20) -> float:
+        """What the engine asks before each lap's sum, alone: one MAX all-reduce of four
+        int64 (the layout's digest and the round, each beside its negation), ms. The first
+        one waits for the last member's call to arrive; the ones timed after it do not."""
+        ends = torch.tensor([1, -1, round_, -round_], dtype=torch.int64)
+        options = dist.AllreduceOptions()
+        options.reduceOp = dist.ReduceOp.MAX
+        self.bare_group[0].allreduce([ends], options).wait()
+        started = time.monotonic()
+        for _ in range(repeats):
+            self.bare_group[0].allreduce([ends], options).wait()
+        return (time.monotonic() - started) * 1000 / repeats
+
     def set_view(self, view: View, handles: dict) -> None:
         self.core.set_view(view, handles)
 
@@ -208,8 +221,8 @@ class LapMember:
 
 
 def laps_on_ray(backbone: str, members: int, repeats: int, kind: str) -> list[dict[str, Any]]:
-    """The lap's row; for the engine, a row of the bare all-reduce among the same actors
-    too, the two alternating round by round."""
+    """The lap's row; for the engine, rows of the bare all-reduce among the same actors and
+    of the agreement the engine asks before it, the three alternating round by round."""
     run = uuid.uuid4().hex[:8]
     actors = [LapMember.remote(m, members, backbone, kind, run) for m in range(members)]
     handles = {m: RayClientHandle(actor) for m, actor in enumerate(actors)}
@@ -218,16 +231,18 @@ def laps_on_ray(backbone: str, members: int, repeats: int, kind: str) -> list[di
     engine = kind == "engine"
     if engine:
         ray.get([a.join_bare.remote() for a in actors])
-    laps, bare, finished = [], [], True
+    laps, bare, agreement, finished = [], [], [], True
     for round_ in range(repeats + 1):
         lap_ms, done = lap_span(ray.get([a.lap.remote(round_) for a in actors]))
         if engine:
             bare_ms, _ = lap_span(ray.get([a.bare_all_reduce.remote() for a in actors]))
+            agree_ms = max(ray.get([a.bare_agreement.remote(round_) for a in actors]))
         if round_:
             laps.append(lap_ms)
             finished &= done
             if engine:
                 bare.append(bare_ms)
+                agreement.append(agree_ms)
     nbytes = sum(v.numel() * v.element_size() for v in state_of(backbone).values())
     rtt = [timed_ms(lambda: ray.get(actors[-1].ping.remote())) for _ in range(20)]
     data = np.zeros(nbytes, np.uint8)
@@ -238,6 +253,8 @@ def laps_on_ray(backbone: str, members: int, repeats: int, kind: str) -> list[di
     rows = [_lap_row("ray", kind, backbone, members, nbytes, laps, finished, rtt, moved)]
     if engine:
         rows.append(_lap_row("ray", "bare", backbone, members, nbytes, bare, True, rtt, moved))
+        agreed = _lap_row("ray", "agreement", backbone, members, 32, agreement, True, rtt, moved)
+        rows.append(agreed)
     return rows
 
 

@@ -32,7 +32,7 @@ def test_a_hop_by_phase_and_laps_in_process_and_on_ray(tmp_path):
     laps = [r for r in rows if r["part"] == "lap"]
     kinds = {
         "in process": ("chunks", "engine", "token"),
-        "ray": ("bare", "chunks", "engine", "token"),
+        "ray": ("agreement", "bare", "chunks", "engine", "token"),
     }
     assert sorted((r["where"], r["kind"], r["members"]) for r in laps) == [
         (where, kind, members)
