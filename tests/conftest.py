@@ -8,6 +8,7 @@ user's data cache holds them, and are skipped with that reason otherwise.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -15,9 +16,16 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import settings
 
 from ring_actors.config import Config, apply_overrides, config_from_dict
 from ring_actors.data.sources import dataset_facts, resolve_root
+
+# Property tests: 100 examples each on every run (their inputs repeat well before 300), as
+# many as asked for with HYPOTHESIS_PROFILE=thorough; no deadline (a loaded machine is slow).
+settings.register_profile("suite", max_examples=100, deadline=None)
+settings.register_profile("thorough", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 SAMPLE = "fashion-mnist-sample"
 # Where the full archives are looked for: $RING_ACTORS_DATA, else the user's data cache.

@@ -432,9 +432,7 @@ overrides = st.lists(
 )
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tree=st.dictionaries(keys, values, max_size=5), extra=overrides)
 def test_any_yaml_file_and_overrides_give_a_config_or_a_config_error(tmp_path, tree, extra):
     path = tmp_path / "fuzz.yaml"

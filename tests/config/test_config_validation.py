@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ring_actors.algorithms import ALGORITHMS
@@ -63,7 +63,6 @@ trees = st.dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
 @given(trees)
 def test_any_tree_is_a_config_or_a_config_error(tree):
     try:
@@ -72,7 +71,6 @@ def test_any_tree_is_a_config_or_a_config_error(tree):
         assert str(err)  # names what is wrong
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(
