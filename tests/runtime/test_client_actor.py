@@ -86,7 +86,8 @@ def test_a_restarted_clients_rejoin_is_asked_again_until_the_coordinator_answers
     control = BoundedControlLink(coordinator, TIMEOUTS.client_control_s)
     back = rejoin_until_answered(control, TIMEOUTS, 3, None, "node", 7)
     assert back is not None and back.first_round == 8 and back.view.epoch == 4
-    assert ray_local.get(coordinator.times_asked.remote()) == 2
+    # Asked again at least once (more where a loaded machine let a second ask time out too).
+    assert ray_local.get(coordinator.times_asked.remote()) >= 2
     ray_local.kill(coordinator)
 
 
