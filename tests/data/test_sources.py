@@ -95,9 +95,8 @@ def test_real_cifar10(cifar10_twice):
 
 @pytest.mark.slow
 def test_the_second_load_reads_the_npz_cache_and_gets_the_same_arrays(cifar10_twice):
-    """Read, not rebuilt: its files are not written again (a timing would fail on a loaded
-    machine: the last one took 3.7 s against a first load of 17.3 s, over the fifth it
-    asked for)."""
+    """Read, not rebuilt: its files are not written again (how much faster that is, a
+    timing on a loaded machine cannot tell)."""
     cache, first, after_first, second, after_second = cifar10_twice
     assert after_second == after_first  # read, not written again
     for key in ("train_x", "train_y", "test_x", "test_y"):
