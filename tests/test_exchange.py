@@ -46,10 +46,24 @@ def _run(config, out, lap: str | None = None):
     return summary, views
 
 
-def test_ring_lap_gives_every_client_the_exact_sample_weighted_average(ray_local, tmp_path):
-    config = small_config(tmp_path, "algorithm.name=fedavg", "clients.count=4")
+def test_the_engines_lap_gives_every_client_the_exact_sample_weighted_average(ray_local, tmp_path):
+    """FedAvg's lap summed by the collective engine (gloo among the client actors): one
+    group for the run's one epoch, no fallback, and every member ends on the exact average."""
+    config = small_config(
+        tmp_path, "algorithm.name=fedavg", "clients.count=4", "schedule.lap_engine=collective"
+    )
     summary, views = _run(config, tmp_path / "out", lap="average")
     assert summary["rounds_completed"] == 3
+    events = pq.read_table(tmp_path / "out" / "events.parquet").to_pylist()
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("lap_group_formed") == 1, events
+    assert "lap_engine_fallback" not in kinds
+    # The engine's bytes go over gloo, counted as a ring all-reduce moves them: 2(N-1)/N of
+    # the model per member and round, in 2(N-1) steps of one float32 buffer.
+    rows = pq.read_table(tmp_path / "out" / "metrics.parquet").to_pylist()
+    sent = [r["bytes_sent"] for r in rows if r["round"] == 0]
+    assert len(sent) == 4 and len(set(sent)) == 1 and sent[0] > 0
+    assert all(r["hops"] == 2 * (4 - 1) for r in rows)
     sizes = {i: n for i, (_, _, n) in views.items()}
     for result, state, _ in views.values():
         assert sorted(result.contributors) == [0, 1, 2, 3]

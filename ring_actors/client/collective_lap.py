@@ -9,14 +9,15 @@ goes only where a group formed, each call has a deadline from the schedule's tim
 any failure falls back to the ring lap (``ring_lap.py``), which is exact over whoever
 contributed and hands a member that finished here the same total.
 
-One process group per membership epoch: the view's first member hosts the group's store
-and publishes its address through the run's rendezvous (Ray's key-value store on a
-cluster); the others look it up. A group forms as the view arrives, on a thread of its own,
-so forming overlaps training; the next epoch's group replaces it. A member of epoch e holds
-epoch e's group only, so it can never add into epoch e + 1's sum. Members first agree on the
-layout of what they add (one tiny all-reduce of its digest), so no contribution of another
-shape ever enters the sum, and on the round they sum: members of one epoch a round apart (a
-resume from checkpoints of different rounds) take the ring lap until they meet again.
+One process group per membership epoch (a view that changes pace alone keeps it): the
+view's first member hosts the group's store and publishes its address through the run's
+rendezvous (Ray's key-value store on a cluster); the others look it up. A group forms as
+the view arrives, on a thread of its own, so forming overlaps training; the next epoch's
+group replaces it. A member of epoch e holds epoch e's group only, so it can never add into
+epoch e + 1's sum. Members first agree on the layout of what they add (one tiny all-reduce
+of its digest), so no contribution of another shape ever enters the sum, and on the round
+they sum: members of one epoch a round apart (a resume from checkpoints of different
+rounds) take the ring lap until they meet again.
 """
 
 from __future__ import annotations
@@ -110,20 +111,21 @@ class CollectiveLaps:
         if len(members) < 2 or self.host.id not in members:
             return
         with self.lock:
-            if view.epoch in self.groups or any(e > view.epoch for e in self.groups):
+            epoch = view.members_epoch  # a change of pace alone keeps the group
+            if epoch in self.groups or any(e > epoch for e in self.groups):
                 return
             group = LapGroup(
-                key=f"lap-group/{view.epoch}/{'-'.join(map(str, members))}",
-                epoch=view.epoch,
+                key=f"lap-group/{epoch}/{'-'.join(map(str, members))}",
+                epoch=epoch,
                 members=members,
                 rank=members.index(self.host.id),
             )
-            self.groups[view.epoch] = group
+            self.groups[epoch] = group
             for old in sorted(self.groups)[:-KEPT_GROUPS]:
                 self._tear_down(self.groups.pop(old))
             self._forget_before(min(self.groups))
         threading.Thread(
-            target=self._form, args=(group,), name=f"lap-group-{view.epoch}", daemon=True
+            target=self._form, args=(group,), name=f"lap-group-{group.epoch}", daemon=True
         ).start()
 
     def _forget_before(self, epoch: int) -> None:
@@ -188,12 +190,12 @@ class CollectiveLaps:
         try:
             agreed, rounds = self._all_agree(group, digest, round_)
             if rounds[0] != rounds[1]:
-                self.ring_through[(view.epoch, name)] = rounds[1]
+                self.ring_through[(group.epoch, name)] = rounds[1]
                 detail = f"lap {name!r}: members at rounds {rounds[0]}-{rounds[1]}, the ring lap"
                 self.host.event(EventKind.LAP_ENGINE_FALLBACK, round_, detail)
                 return None
             if not agreed or digest == 0:
-                self.disagreed.add((view.epoch, name))
+                self.disagreed.add((group.epoch, name))
                 if not self.silent_disagreement:
                     detail = f"lap {name!r}: the members' contributions differ in layout"
                     self.host.event(EventKind.LAP_ENGINE_FALLBACK, round_, detail)
@@ -214,10 +216,11 @@ class CollectiveLaps:
     def _usable(self, name: str, round_: int, view: View, time_left_s: float) -> LapGroup | None:
         """The view's formed group, if the engine may sum this lap: every member runs the
         round, the lap's layouts agreed this epoch, and the time budget is not over."""
-        group = self.groups.get(view.epoch)
-        if group is None or (view.epoch, name) in self.disagreed or time_left_s <= 0:
+        epoch = view.members_epoch
+        group = self.groups.get(epoch)
+        if group is None or (epoch, name) in self.disagreed or time_left_s <= 0:
             return None
-        if round_ <= self.ring_through.get((view.epoch, name), -1):  # the others went round
+        if round_ <= self.ring_through.get((epoch, name), -1):  # the others went round
             return None
         if view.active(round_) != view.members:  # a joiner before its first round
             return None

@@ -59,6 +59,7 @@ class MembershipTable:
         self.members: dict[int, Member] = {}
         self.order: list[int] = []
         self.epoch = 0
+        self.members_since = 0  # the epoch the live members or their first rounds last changed
         self.stragglers: frozenset[int] = frozenset()
         self.speeds: dict[int, float] = {}
 
@@ -72,7 +73,7 @@ class MembershipTable:
         self.members[client_id].last_round = first_round - 1
         position = len(self.order) if after is None else self.order.index(after) + 1
         self.order.insert(position, client_id)
-        self.epoch += 1
+        self._members_changed()
 
     def mark(self, client_id: int, state: MemberState) -> bool:
         """Move a member to ``state``; True when the live set changed (epoch bumped)."""
@@ -84,7 +85,7 @@ class MembershipTable:
         member.due_back_s = None  # only ``go_offline`` sets it
         changed = was_live != self.is_live(client_id)
         if changed:
-            self.epoch += 1
+            self._members_changed()
         return changed
 
     def go_offline(self, client_id: int, due_back_s: float) -> bool:
@@ -116,7 +117,11 @@ class MembershipTable:
             member.restart_at(first_round)
         self.order.remove(client_id)
         self.order.insert(self.order.index(after) + 1, client_id)
+        self._members_changed()
+
+    def _members_changed(self) -> None:
         self.epoch += 1
+        self.members_since = self.epoch
 
     def place_for_joiner(self, rng: random.Random) -> int:
         """The member a joiner is spliced in after: drawn from every member, live or not, so
@@ -179,17 +184,24 @@ class MembershipTable:
             first_rounds=tuple(self.members[c].first_round for c in live),
             stragglers=tuple(c for c in live if c in self.stragglers),
             speeds=tuple(self.speeds[c] for c in live) if set(live) <= set(self.speeds) else (),
+            members_since=self.members_since,
         )
 
     def to_record(self) -> dict[str, Any]:
         """The table as plain data (for the coordinator's JSON checkpoint)."""
         members = [{**asdict(m), "state": m.state.value} for m in self.members.values()]
-        return {"epoch": self.epoch, "order": list(self.order), "members": members}
+        return {
+            "epoch": self.epoch,
+            "members_since": self.members_since,
+            "order": list(self.order),
+            "members": members,
+        }
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> MembershipTable:
         table = cls()
         table.epoch, table.order = int(record["epoch"]), [int(c) for c in record["order"]]
+        table.members_since = int(record.get("members_since", table.epoch))
         for fields in record["members"]:
             member = Member(**{**fields, "state": MemberState(fields["state"])})
             table.members[member.client_id] = member

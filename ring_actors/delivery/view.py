@@ -22,6 +22,14 @@ class View:
     # Per member: seconds per round, measured (or the configured speed factor before any
     # round is measured); empty when neither is known. Topologies may sample by it.
     speeds: tuple[float, ...] = ()
+    # The epoch its members and first rounds were last changed at (a pace change moves the
+    # epoch alone); None: this epoch. What is built per membership keys on it.
+    members_since: int | None = None
+
+    @property
+    def members_epoch(self) -> int:
+        """The epoch of this view's membership: equal in views that differ in pace alone."""
+        return self.epoch if self.members_since is None else self.members_since
 
     def speed_of(self) -> dict[int, float]:
         """Each member's seconds per round, by id (empty when unknown)."""

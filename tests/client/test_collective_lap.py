@@ -90,6 +90,22 @@ def test_every_member_gets_the_same_bits_equal_to_the_plain_sum():
     assert laps[0].host.moved == [(3 * 1000 * 4, 4), (8, 4)]  # each dtype's bytes, counted
 
 
+def test_a_view_that_changes_pace_alone_keeps_the_group():
+    """A straggler marked or speeds refreshed moves the epoch, not the members: the group
+    formed for them goes on summing, and no second one forms."""
+    members = (0, 1, 2)
+    laps = engines(3, LocalRendezvous())
+    for engine in laps:
+        engine.on_view(view(1, members))
+        engine.on_view(View(2, members, (0, 0, 0), stragglers=(2,), members_since=1))
+    paced = View(2, members, (0, 0, 0), stragglers=(2,), members_since=1)
+    results = laps_at_once({m: (laps[m], paced, contribution(m)) for m in members})
+    assert all(results[m] is not None for m in members), results
+    assert all(list(engine.groups) == [1] for engine in laps)
+    formed = [e for e in laps[0].host.events if e[0] == EventKind.LAP_GROUP_FORMED]
+    assert len(formed) == 1
+
+
 def test_contributions_of_another_layout_never_enter_the_sum():
     members = (0, 1, 2)
     laps = engines(3, LocalRendezvous())

@@ -27,7 +27,7 @@ def test_members_join_in_ring_order_and_bump_the_epoch():
 @pytest.mark.parametrize(("client", "successor"), [(0, 1), (1, 2), (2, 3), (3, 0)])
 def test_view_of_four_members_closes_the_ring(client, successor):
     view = table().view()
-    assert view == View(epoch=4, members=(0, 1, 2, 3), first_rounds=(0, 0, 0, 0))
+    assert view == View(epoch=4, members=(0, 1, 2, 3), first_rounds=(0, 0, 0, 0), members_since=4)
     assert view.successor(client) == successor
 
 
@@ -70,6 +70,18 @@ def test_done_does_not_change_live_set_or_epoch():
     assert members.epoch == 4
     assert members.live == [0, 1, 2, 3]
     assert members.view().successor(0) == 1  # a finished member still receives
+
+
+def test_a_change_of_pace_moves_the_epoch_but_not_the_members_epoch():
+    members = table()
+    assert members.view().members_epoch == 4
+    assert members.set_pace(frozenset({2}), {}) is True
+    paced = members.view()
+    assert (paced.epoch, paced.members_epoch) == (5, 4)
+    members.mark(2, MemberState.DEAD)
+    assert (members.view().epoch, members.view().members_epoch) == (6, 6)
+    restored = MembershipTable.from_record(members.to_record())
+    assert restored.view() == members.view()
 
 
 def test_marking_the_same_state_twice_is_a_no_op():

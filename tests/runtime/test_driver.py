@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pyarrow.parquet as pq
@@ -20,6 +21,7 @@ from ring_actors.delivery.wire import to_wire
 from ring_actors.models import build_backbone
 from ring_actors.preflight.output_folder import RunFolderError
 from ring_actors.runtime.driver import (
+    Experiment,
     PlacementError,
     check_capacity,
     default_output_dir,
@@ -151,21 +153,6 @@ def test_async_ring_finishes_with_a_straggler(ray_local, tmp_path):
     assert min(finish.values()) < finish[1] - 2.0
 
 
-def test_clients_take_fractional_gpus_and_fall_back_to_cpu(ray_local, tmp_path):
-    config = small_config(tmp_path, "clients.num_gpus=0.25", "clients.num_cpus=0.25")
-    experiment = launch(config, tmp_path / "out")
-    try:
-        for facts in experiment.placement.values():
-            assert facts.gpu_ids == ("0",)  # four clients share the one (logical) GPU
-            expected = "cuda:0" if torch.cuda.is_available() else "cpu"
-            assert facts.device == expected
-            assert facts.torch_threads == 1
-        available = ray.available_resources().get("GPU", 0.0)
-        assert available == pytest.approx(0.0)
-    finally:
-        shutdown(experiment)
-
-
 def test_clients_that_cannot_all_be_placed_fail_the_launch_and_leave_nothing(ray_local, tmp_path):
     # Five clients of 0.5 CPU on the fixture's two CPUs: one can never be placed.
     config = small_config(tmp_path, "clients.count=5", "clients.start_timeout_s=3")
@@ -180,10 +167,31 @@ def test_clients_that_cannot_all_be_placed_fail_the_launch_and_leave_nothing(ray
     assert ray.available_resources().get("CPU", 0) == pytest.approx(2)
 
 
-def test_receiver_rejects_malformed_payloads_and_drops_duplicates(ray_local, tmp_path):
-    experiment = launch(small_config(tmp_path), tmp_path / "out")
-    try:
-        client = experiment.clients[1]
+class TestPlacedClients:
+    """What a launched ring's clients are before any round: where each was placed, and how
+    its receiver treats what arrives. One launch answers both."""
+
+    @pytest.fixture(scope="class")
+    def launched(self, ray_local, tmp_path_factory) -> Iterator[Experiment]:
+        tmp_path = tmp_path_factory.mktemp("placed")
+        config = small_config(tmp_path, "clients.num_gpus=0.25", "clients.num_cpus=0.25")
+        experiment = launch(config, tmp_path / "out")
+        try:
+            yield experiment
+        finally:
+            shutdown(experiment)
+
+    def test_clients_take_fractional_gpus_and_fall_back_to_cpu(self, launched):
+        for facts in launched.placement.values():
+            assert facts.gpu_ids == ("0",)  # four clients share the one (logical) GPU
+            expected = "cuda:0" if torch.cuda.is_available() else "cpu"
+            assert facts.device == expected
+            assert facts.torch_threads == 1
+        available = ray.available_resources().get("GPU", 0.0)
+        assert available == pytest.approx(0.0)
+
+    def test_receiver_rejects_malformed_payloads_and_drops_duplicates(self, launched):
+        client = launched.clients[1]
         state = dict(build_backbone("cnn", (1, 28, 28), 10).state_dict())
         good = Payload(0, 0, 0, 0, state, num_samples=10)
         poisoned = dict(state, **{"head.bias": torch.full((10,), float("nan"))})
@@ -201,8 +209,6 @@ def test_receiver_rejects_malformed_payloads_and_drops_duplicates(ray_local, tmp
         stats = ray.get(client.stats.remote())
         assert stats["rejected"] == 4
         assert stats["inbox"] == 1  # ...but queued once, and the rejected ones not at all
-    finally:
-        shutdown(experiment)
 
 
 def test_crashed_client_is_bypassed_and_nothing_is_lost(ray_local, tmp_path):
