@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 import torch.distributed as dist
 
-from ring_actors.client.chunk_layout import Layout, flatten, layout_of, rebuild
+from ring_actors.client.chunk_layout import Layout, layout_of, rebuild
+from ring_actors.client.flat_buffers import FlatBuffers
 from ring_actors.client.lap_host import LapResult, LapRun
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.rendezvous import Rendezvous
@@ -101,6 +102,7 @@ class CollectiveLaps:
         self.groups: dict[int, LapGroup] = {}
         self.disagreed: set[tuple[int, str]] = set()  # (epoch, lap): ring lap for the rest
         self.ring_through: dict[tuple[int, str], int] = {}  # (epoch, lap): its last ring round
+        self.buffers = FlatBuffers()  # what the laps are summed in: their totals are views
         self.lock = threading.Lock()
 
     # ---- forming, as a view arrives -----------------------------------------------------
@@ -200,7 +202,7 @@ class CollectiveLaps:
                     detail = f"lap {name!r}: the members' contributions differ in layout"
                     self.host.event(EventKind.LAP_ENGINE_FALLBACK, round_, detail)
                 return None
-            flat = flatten(contribution, layout)
+            flat = self.buffers.flatten(name, contribution, layout)
             for segment in flat.values():
                 self._reduce(group, segment, dist.ReduceOp.SUM)
                 self.host.count_collective(
