@@ -139,14 +139,15 @@ def table(rows: list[dict[str, Any]]) -> str:
                   "s per round",
                   "core-s per client-round",
                   "a client's own, beyond training", "added per client-round",
-                  *(f"added: {kind}" for kind in kinds)]  # fmt: skip
+                  *(f"added: {kind}" for kind in kinds), "client peak RSS MB"]  # fmt: skip
         parts.append(markdown_table(header, [
             [r["method"], r["clients"], r["checkpoint"], r.get("checkpoint_every"),
              r["chunked_laps"],
              _or_none(r["runs"][-1].get("round_s")), f"{r['core_s_per_client_round']:.3f}",
              _or_none(r["clients_own_core_s_beyond_training"]),
              _or_none(r["added_core_s_per_client_round"]),
-             *(_or_none((r["added_by_kind"] or {}).get(kind)) for kind in kinds)]
+             *(_or_none((r["added_by_kind"] or {}).get(kind)) for kind in kinds),
+             r["runs"][-1].get("client_peak_rss_mb", {}).get("median")]
             for r in costs]))  # fmt: skip
     return "\n\n".join(parts)
 

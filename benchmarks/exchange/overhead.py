@@ -68,7 +68,19 @@ def overhead_run(
         "trained_client_rounds": sum("train_cpu_s" in m for _, m in reports),
         "core_s_per_client_round": (sum(by_kind.values()) - train_cpu_s) / (clients * rounds),
         "clients_own_core_s_beyond_training": statistics.mean(beyond) if beyond else None,
+        # Memory per client process: each one's peak resident set, over the run.
+        "client_peak_rss_mb": _peak_rss(history.by_round),
     }
+
+
+def _peak_rss(by_round: dict[int, dict[int, dict[str, float]]]) -> dict[str, float]:
+    """The median and the largest of the client processes' peak resident sets, MB."""
+    peaks: dict[int, float] = {}
+    for by_client in by_round.values():
+        for client, metrics in by_client.items():
+            peaks[client] = max(peaks.get(client, 0.0), metrics.get("peak_rss_mb", 0.0))
+    values = sorted(peaks.values())
+    return {"median": statistics.median(values), "max": values[-1]} if values else {}
 
 
 def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path) -> dict:
