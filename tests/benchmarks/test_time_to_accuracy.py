@@ -35,6 +35,7 @@ def _check(record: dict, arms: list[str]) -> None:
         assert run["global_acc_curve"], "every client was evaluated at least once"
 
 
+@pytest.mark.slow
 def test_the_in_process_backend_records_each_arm(tmp_path):
     record = _run(tmp_path, "in_process", ["sync", "async-s1000-least-recent"])
     _check(record, ["sync", "async-s1000-least-recent"])

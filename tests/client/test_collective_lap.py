@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import torch
 
 from ring_actors.client.collective_lap import CollectiveLaps
@@ -207,6 +208,7 @@ def test_an_in_process_fedavg_ring_by_the_engine_matches_the_ring_lap(tmp_path):
         assert torch.allclose(tensor, by_ring[0][name], rtol=1e-4, atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_an_engine_ring_survives_a_crash_mid_run_with_every_survivor_on_one_total(tmp_path):
     crash = [{"at_round": 2, "crash": [1]}]
     survivors, summary, kinds = ring_models(tmp_path, "collective", crash)

@@ -134,6 +134,7 @@ def test_resume_refuses_a_run_that_ended_whatever_ended_it(tmp_path, mlflow_uri,
     assert summary["ended_because"] == ending
 
 
+@pytest.mark.slow
 def test_a_run_cut_short_stays_resumable_before_and_after_its_last_outputs(tmp_path, mlflow_uri):
     # Rounds of a second (asleep) from round 1 on: the clients are mid-run when it is cut
     # short, and their budget ends the round loops that go on after it.

@@ -43,6 +43,7 @@ def test_coordinator_and_slot_pool_never_import_torch_or_a_method(ray_local, tmp
     assert {"torch", "ring_actors.algorithms.drdfl"} <= set(client)  # the check can fail
 
 
+@pytest.mark.slow
 def test_a_config_travels_without_its_method_and_is_rebuilt_where_read(tmp_path):
     config = load_config(None, ["algorithm.name=drdfl", "algorithm.lr=0.05"])
     blob = pickle.dumps(config)

@@ -63,6 +63,7 @@ def _train_and_count_faults(steps: int) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_local")
 def test_training_steps_reuse_memory_and_a_released_slot_returns_it():
     """glibc's dynamic thresholds hand a step's freed activations back to the system within

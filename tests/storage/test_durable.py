@@ -45,6 +45,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_draft(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
 
 
+@pytest.mark.slow
 def test_outputs_killed_mid_write_are_whole_every_time(tmp_path):
     """Kill a process rewriting the run's outputs at many moments; each file parses."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
