@@ -94,6 +94,14 @@ CASES = {
         between_checkpoints,
         exact=True,
     ),
+    "dfedavg": Case(
+        ("experiment.rounds=4", "checkpoint.every_rounds=2", LINKS), between_checkpoints, True
+    ),
+    "gene_fl": Case(
+        ("algorithm.name=gene_fl", "experiment.rounds=4", "checkpoint.every_rounds=2", LINKS),
+        between_checkpoints,
+        exact=True,
+    ),
     "pfedgm": Case(("algorithm.name=pfedgm", "experiment.rounds=4", LINKS), a_round_apart, True),
     "ua_pdfl": Case(("algorithm.name=ua_pdfl", "experiment.rounds=4", LINKS), a_round_apart, True),
     "fedavg-async": Case(
