@@ -195,13 +195,15 @@ class Layouts:
         cache[key] = value
 
 
-def flatten(contribution: Tensors, layout: Layout) -> Tensors:
+def flatten(contribution: Tensors, layout: Layout, into: Tensors | None = None) -> Tensors:
     """Each segment's tensors concatenated into one 1-D buffer, on the device of its first
-    tensor (a GPU client's state stays on its GPU)."""
+    tensor (a GPU client's state stays on its GPU); with ``into``, into its buffers."""
     flat = {}
     for name, segment in layout.segments.items():
         values = [contribution[key].detach().reshape(-1) for key, _ in segment.entries]
-        flat[name] = torch.cat([v.to(values[0].device) for v in values])
+        out = None if into is None else into[name]
+        device = values[0].device if out is None else out.device
+        flat[name] = torch.cat([v.to(device) for v in values], out=out)
     return flat
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ring_actors.client.chunk_layout import Layout
+from ring_actors.client.chunk_layout import Layout, flatten
 
 Tensors = dict[str, torch.Tensor]
 BufferKey = tuple[tuple[str, torch.dtype, int, torch.device], ...]
@@ -55,7 +55,4 @@ class FlatBuffers:
         dropped = {id(extra) for extra in free[self.spare :]}
         buffers = [b for b in buffers if id(b) not in dropped]
         self.held[lap] = (key, buffers)
-        for name, segment in layout.segments.items():
-            values = [contribution[k].detach().reshape(-1) for k, _ in segment.entries]
-            torch.cat([v.to(flat[name].device) for v in values], out=flat[name])
-        return flat
+        return flatten(contribution, layout, into=flat)
