@@ -34,6 +34,7 @@ from ring_actors.preflight.output_folder import (
     remove_unstarted,
 )
 from ring_actors.runtime.actor_names import actor_name
+from ring_actors.runtime.actor_stop import stop_actors
 from ring_actors.runtime.client_starts import (
     LaunchError,
     settle,
@@ -55,6 +56,7 @@ from ring_actors.storage.redact import public_config, redact_uri
 from ring_actors.storage.run_folder import RunFolder
 
 log = logging.getLogger(__name__)
+STOP_WAIT_S = 30.0  # a failed launch waits this long for its actors to end before cleaning up
 # Ray's notice that a new local cluster uses token authentication, printed by every local run.
 TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
@@ -201,7 +203,7 @@ def _launch(config: Config, output_dir: Path, resume: bool) -> Experiment:
         try:
             dataset, splits = loading.result()
         except BaseException:
-            ray.kill(coordinator)
+            stop_actors([coordinator], wait_s=STOP_WAIT_S)
             raise
     if not resume:  # the exact split, for a later run or tool to reuse (data.partition.kind file)
         save_partition(RunFolder(output_dir).partition, splits, config.data.dataset)
@@ -253,7 +255,9 @@ def _launch(config: Config, output_dir: Path, resume: bool) -> Experiment:
             )
             experiment.admitted.add(i)
     except BaseException:
-        shutdown(experiment)  # nothing of a run that could not start stays on the cluster
+        # Nothing of a run that could not start stays on the cluster, nor writes into the
+        # folder ``launch`` is about to remove.
+        shutdown(experiment, wait_s=STOP_WAIT_S)
         raise
     return experiment
 
@@ -288,11 +292,11 @@ def describe_launch(experiment: Experiment) -> str:
     return "\n".join(lines)
 
 
-def shutdown(experiment: Experiment) -> None:
-    """Stop every actor of the experiment (the Ray instance itself stays up)."""
+def shutdown(experiment: Experiment, wait_s: float = 0.0) -> None:
+    """Stop every actor of the experiment (the Ray instance itself stays up); with
+    ``wait_s``, return once they are gone."""
     actors = [*experiment.clients.values(), experiment.coordinator]
-    for handle in [*actors, *experiment.slot_pools.values()]:
-        ray.kill(handle)
+    stop_actors([*actors, *experiment.slot_pools.values()], wait_s)
 
 
 def run_experiment(

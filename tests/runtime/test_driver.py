@@ -172,7 +172,8 @@ class TestPlacedClients:
     its receiver treats what arrives. One launch answers both."""
 
     @pytest.fixture(scope="class")
-    def launched(self, ray_local, tmp_path_factory) -> Iterator[Experiment]:
+    @classmethod
+    def launched(cls, ray_local, tmp_path_factory) -> Iterator[Experiment]:
         tmp_path = tmp_path_factory.mktemp("placed")
         config = small_config(tmp_path, "clients.num_gpus=0.25", "clients.num_cpus=0.25")
         experiment = launch(config, tmp_path / "out")
