@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import torch
 import yaml
 from torch import nn
 
+from ring_actors.config import Config
 from ring_actors.preflight.output_folder import RunFolderError
 from ring_actors.runtime.driver import launch, run_experiment, shutdown
 from tests.conftest import needs_data, small_config
@@ -73,6 +75,7 @@ class Case:
     cut_when: Callable[[Path], bool]
     exact: bool  # sync: the resumed models equal the uninterrupted run's
     pacing: tuple[str, ...] = ()  # pure delays, to land the cut: the whole run goes without
+    cuts: int = 1  # the driver dies this often; after the first, at a seeded random round
 
 
 # Each hop half a second: a lap is seconds long. Not pacing alone: simulated links take the
@@ -90,12 +93,16 @@ CASES = {
         ),
     ),
     "fedavg": Case(
-        ("algorithm.name=fedavg", "experiment.rounds=4", "checkpoint.every_rounds=2", LINKS),
+        ("algorithm.name=fedavg", "experiment.rounds=5", "checkpoint.every_rounds=2", LINKS),
         between_checkpoints,
         exact=True,
+        cuts=2,
     ),
     "dfedavg": Case(
-        ("experiment.rounds=4", "checkpoint.every_rounds=2", LINKS), between_checkpoints, True
+        ("experiment.rounds=5", "checkpoint.every_rounds=2", LINKS),
+        between_checkpoints,
+        exact=True,
+        cuts=2,
     ),
     "gene_fl": Case(
         ("algorithm.name=gene_fl", "experiment.rounds=4", "checkpoint.every_rounds=2", LINKS),
@@ -118,6 +125,23 @@ def setting(case: Case, paced: bool = True) -> tuple[str, ...]:
     without them."""
     pacing = case.pacing if paced else ()
     return (f"clients.count={CLIENTS}", "schedule.hop_timeout_s=20", *case.overrides, *pacing)
+
+
+def cut_again(config: Config, run_dir: Path, seed: str) -> None:
+    """Resume the run and kill its driver once more, after a seeded random number of new
+    reports (at the latest one round before the end)."""
+    experiment = launch(config, run_dir, resume=True)
+    try:
+        ray.get(experiment.coordinator.resume_run.remote())
+        last = CLIENTS * (config.experiment.rounds - 1)
+        target = random.Random(seed).randint(min(len(rounds_written(run_dir)) + 1, last), last)
+        deadline = time.monotonic() + 300
+        while len(rounds_written(run_dir)) < target:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        shutdown(experiment)
+    assert len(rounds_written(run_dir)) < CLIENTS * config.experiment.rounds  # cut mid-run
 
 
 def final_models(run_dir: Path, rounds: int) -> dict[int, dict[str, torch.Tensor]]:
@@ -182,6 +206,8 @@ def test_a_run_whose_driver_died_resumes_to_the_same_result(ray_local, tmp_path,
     for saved in (run_dir / "clients").glob("*.pt"):  # no checksum torch.load never reads
         assert all(r.CRC == 0 for r in zipfile.ZipFile(saved).infolist() if r.file_size)
     run_id = json.loads((run_dir / "coordinator.json").read_text())["run_id"]
+    for cut in range(1, case.cuts):
+        cut_again(config, run_dir, seed=f"{name}-{cut}")
 
     resumed = run_experiment(config, run_dir, progress=False, resume=True)
     assert resumed["rounds_completed"] == rounds and resumed["events"]["lost_payloads"] == 0
