@@ -10,6 +10,7 @@ carry torch. The client's own process imports them when it builds its core.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,15 @@ def rejoin_until_answered(
     ) from unanswered
 
 
+def was_restarted(context: ray.runtime_context.RuntimeContext) -> bool:
+    """Whether Ray restarted this actor after a crash. Ray's own property reads a deprecated
+    field of its own and so printed a deprecation warning from every client into the
+    driver's terminal, with nothing a user could change: it is read with that warning off."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(context.was_current_actor_reconstructed)
+
+
 class ClientReadings(Protocol):
     """What the driver reads off a client actor, besides the calls of its peers and the
     coordinator (``ClientHandle``)."""
@@ -164,7 +174,7 @@ class ClientActor:
         )
         if resume:
             self.core.load_checkpoint()
-        elif context.was_current_actor_reconstructed:
+        elif was_restarted(context):
             restored = self.core.load_checkpoint()
             me = RayClientHandle(context.current_actor)
             node_id = context.get_node_id()

@@ -4,10 +4,13 @@ a coordinator that is restarting too."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import warnings
 
 import pytest
+import ray
 
 from ring_actors.config import ScheduleSection
 from ring_actors.delivery.transport import Readmission
@@ -18,6 +21,7 @@ from ring_actors.runtime.client_actor import (
     BoundedControlLink,
     ClientActor,
     rejoin_until_answered,
+    was_restarted,
 )
 from ring_actors.runtime.experiment import CLIENT
 from ring_actors.timeouts import Timeouts
@@ -106,3 +110,35 @@ def test_a_rejoin_never_answered_ends_at_its_deadline_naming_it(ray_local):
     took, give_up = time.monotonic() - started, TIMEOUTS.control_give_up_s
     assert give_up - TIMEOUTS.client_control_s <= took < give_up + 3  # the last pause aside
     ray_local.kill(coordinator)
+
+
+@ray.remote(num_cpus=0, max_restarts=1)
+class AsksWhetherRestarted:
+    """Reads what the client actor's constructor reads, recording every warning on the way."""
+
+    def __init__(self) -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.restarted = was_restarted(ray.get_runtime_context())
+        self.warned = [str(w.message) for w in caught]
+
+    def answer(self) -> tuple[bool, list[str]]:
+        return self.restarted, self.warned
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+def test_whether_ray_restarted_a_client_is_read_without_rays_deprecation_warning(ray_local):
+    actor = AsksWhetherRestarted.remote()
+    assert ray.get(actor.answer.remote()) == (False, [])
+    actor.crash.remote()
+    deadline = time.monotonic() + 60
+    while True:  # Ray restarts it in a new process
+        try:
+            assert ray.get(actor.answer.remote(), timeout=30) == (True, [])
+            break
+        except ray.exceptions.RayActorError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    ray.kill(actor)
