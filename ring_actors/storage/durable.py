@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 
-def write_atomic(path: Path, content: bytes | str | Callable[[BinaryIO], None]) -> None:
+def write_atomic(
+    path: Path, content: bytes | str | Callable[[BinaryIO], None], durable: bool = True
+) -> None:
     """Replace ``path`` with ``content`` (bytes, text as UTF-8, or a function that writes to
-    the open binary file) atomically and durably."""
+    the open binary file) atomically and, unless ``durable`` is False, durably. Without it the
+    file is whole for every reader once this returns, a killed writer's included, and on
+    disk only once :func:`fsync_file` and :func:`fsync_dir` have run: a machine that stops
+    first may lose it (its name may then hold a torn file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Unique per writer: two threads or processes writing one path never share a draft.
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
@@ -28,12 +33,14 @@ def write_atomic(path: Path, content: bytes | str | Callable[[BinaryIO], None]) 
             else:
                 file.write(content.encode() if isinstance(content, str) else content)
             file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                os.fsync(file.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def remove_drafts(directory: Path, of: str = "") -> None:
@@ -42,6 +49,19 @@ def remove_drafts(directory: Path, of: str = "") -> None:
     if directory.is_dir():
         for draft in directory.glob(f".{of}.*.tmp" if of else ".*.tmp"):
             draft.unlink(missing_ok=True)
+
+
+def fsync_file(path: Path) -> bool:
+    """Put ``path``'s bytes on disk; False if it is gone (deleted meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
 
 
 def fsync_dir(directory: Path) -> None:

@@ -6,6 +6,7 @@ import errno
 import math
 import os
 import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -203,3 +204,38 @@ def test_what_peers_a_round_behind_ask_for_is_there_after_a_restart(tmp_path):
     assert torch.equal(kept.total["x"], total["x"])
     pulled = after.serve(2, ("w",))
     assert pulled is not None and torch.equal(pulled.tensors["w"], torch.arange(3.0))
+
+
+def test_a_push_is_synced_to_disk_off_the_keepers_thread_and_in_one_pass(tmp_path, monkeypatch):
+    synced_on: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (synced_on.append(threading.get_ident()), real_fsync(fd))
+    )
+    spool = Spool(tmp_path / "inbox")
+    pushes = [Payload(1, r, 1, r, {"w": torch.full((3,), float(r))}) for r in range(3)]
+    for payload in pushes:
+        spool.keep(payload)
+    assert threading.get_ident() not in synced_on  # the acknowledgement waits for no fsync
+    deadline = time.monotonic() + 10
+    while spool.unsynced or not synced_on:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert spool.syncer is not None and set(synced_on) == {spool.syncer.ident}
+    assert spool.sync() == 0  # nothing left to sync
+    assert len(spool.load(torch.device("cpu"))) == 3
+
+
+def test_a_push_torn_by_a_machine_that_stopped_before_its_sync_is_skipped_and_named(
+    tmp_path, caplog
+):
+    spool = Spool(tmp_path / "inbox")
+    whole, torn = (Payload(1, r, 1, r, {"w": torch.ones(3)}) for r in (0, 1))
+    spool.keep(whole)
+    spool.keep(torn)
+    (name,) = spool.names_of([torn.key])
+    path = tmp_path / "inbox" / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    loaded = spool.load(torch.device("cpu"))
+    assert [p.round for p in loaded] == [0]
+    assert f"{name} is unreadable, a push lost" in caplog.text
