@@ -1,6 +1,7 @@
 import time
 from pathlib import Path
 
+import pytest
 import ray
 
 from ring_actors.runtime.actor_stop import stop_actors
@@ -21,6 +22,7 @@ class Scribbler:
             n += 1
 
 
+@pytest.mark.slow
 def test_stopped_actors_write_nothing_after_the_call_returns(ray_local, tmp_path):
     folders = [tmp_path / f"out-{i}" for i in range(3)]
     actors = [Scribbler.remote(str(f)) for f in folders]

@@ -129,6 +129,7 @@ class AsksWhetherRestarted:
         os._exit(1)
 
 
+@pytest.mark.slow
 def test_whether_ray_restarted_a_client_is_read_without_rays_deprecation_warning(ray_local):
     actor = AsksWhetherRestarted.remote()
     assert ray.get(actor.answer.remote()) == (False, [])
