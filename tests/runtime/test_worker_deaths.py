@@ -6,6 +6,7 @@ from typing import Any
 
 import ray._private.worker as ray_worker
 
+from ring_actors.runtime import worker_deaths
 from ring_actors.runtime.worker_deaths import quiet_deaths_of
 
 
@@ -22,6 +23,8 @@ def notice(pid: int) -> str:
 def test_only_the_notices_of_the_runs_clients_deaths_are_dropped(monkeypatch):
     printed: list[dict[str, Any]] = []
     monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, **_: printed.append(data))
+    # The driver's runs earlier in this process handled real clients, 9999 perhaps among them.
+    monkeypatch.setattr(worker_deaths, "HANDLED", set())
     quiet_deaths_of([4101, 4102])
     quiet_deaths_of([4103])  # a second run in the same driver: wrapped once
     show = ray_worker.print_to_stdstream
