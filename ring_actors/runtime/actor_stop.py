@@ -26,12 +26,14 @@ def stop_actors(handles: Iterable[ray.actor.ActorHandle], wait_s: float = 0.0) -
     pids = [_local_pid(handle) for handle in handles] if wait_s else []
     for handle in handles:
         ray.kill(handle)
+    if not wait_s:
+        return
     deadline = time.monotonic() + wait_s
-    for handle in handles if wait_s else []:
+    for handle in handles:
         while time.monotonic() < deadline and not _dead(handle):
             time.sleep(POLL_S)
-    for pid in pids:
-        while pid is not None and time.monotonic() < deadline and _running(pid):
+    for pid in filter(None, pids):
+        while time.monotonic() < deadline and _running(pid):
             time.sleep(POLL_S)
 
 
@@ -64,7 +66,7 @@ def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
+    except FileNotFoundError:
         return False
     except OSError:  # no /proc on this platform
         try:
