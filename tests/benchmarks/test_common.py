@@ -11,7 +11,7 @@ import time
 from benchmarks.common import command_line, descendants, process_facts, process_table
 
 
-def test_a_process_reads_its_own_cpu_time_and_command_line():
+def test_a_process_reads_its_own_cpu_time():
     before = process_facts(os.getpid())
     deadline = time.process_time() + 0.2
     while time.process_time() < deadline:
@@ -19,8 +19,17 @@ def test_a_process_reads_its_own_cpu_time_and_command_line():
     after = process_facts(os.getpid())
     assert before is not None and after is not None
     assert after.cpu_s - before.cpu_s >= 0.1
-    assert "pytest" in command_line(os.getpid())
     assert process_facts(2**22 + 1) is None  # beyond pid_max: gone, not an error
+
+
+def test_a_process_command_line_is_read_whole_and_empty_once_gone():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "marker"])
+    try:
+        assert command_line(child.pid).endswith("time.sleep(30) marker")
+    finally:
+        child.kill()
+        child.wait()
+    assert command_line(child.pid) == ""
 
 
 def test_descendants_hold_a_child_and_not_the_parent():
