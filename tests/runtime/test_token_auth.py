@@ -4,10 +4,11 @@ one machine."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -56,10 +57,8 @@ def stop_nodes_under(*temp_dirs: str) -> None:
                 continue
             if entry.isdigit() and any(d in line for d in temp_dirs):
                 found = True
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(int(entry), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         if not found:
             return
         time.sleep(0.2)
