@@ -53,9 +53,9 @@ def _module(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules that use ``ray_local`` run last, one after another, so that one Ray
-    serves them all (a start and a stop cost 6-10 s) while every other module runs with no
-    Ray in its process, as it was written for. Each module's tests keep their order."""
+    """The modules that use ``ray_local`` run last, one after another on their worker, so
+    that one Ray serves them all (a start and a stop cost 6-10 s). Each module's tests keep
+    their order."""
     on_ray = {_module(item) for item in items if "ray_local" in item.fixturenames}
     items.sort(key=lambda item: _module(item) in on_ray)
 
@@ -80,6 +80,9 @@ def _left_clean(ray: ModuleType, wait_s: float = 10.0) -> bool:
         time.sleep(0.2)
 
 
+CLUSTERS = pytest.mark.xdist_group("clusters")  # the modules that start Ray clusters
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     """A local Ray of 2 CPUs and 1 logical GPU (no real GPU needed), shared by the modules
@@ -92,6 +95,15 @@ def ray_local():
     yield ray
     if not _left_clean(ray):
         ray.shutdown()
+
+
+@pytest.fixture
+def no_ray() -> None:
+    """No Ray in this process: a test that asserts none was started ends the one an earlier
+    module shared (the next module that asks for ``ray_local`` starts another)."""
+    import ray
+
+    ray.shutdown()
 
 
 def small_config(tmp_path: Path, *overrides: str) -> Config:

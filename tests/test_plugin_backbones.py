@@ -197,7 +197,9 @@ def test_list_says_backbones_and_datasets_may_be_your_own(tmp_path):
     assert "fashion-mnist" in datasets and "module:function" in datasets
 
 
-def test_with_a_dataset_of_ones_own_the_backbone_is_checked_at_launch_before_ray(lab, tmp_path):
+def test_with_a_dataset_of_ones_own_the_backbone_is_checked_at_launch_before_ray(
+    lab, tmp_path, no_ray
+):
     overrides = ["data.dataset=examples.stripes:load_stripes", "algorithm.backbone=lab_backbones:"]
     config = load_config(None, [*overrides[:1], overrides[1] + "WrongWidth"])  # shape unknown yet
     with pytest.raises(ConfigError, match=r"^algorithm.backbone: .*feature_dim=16"):

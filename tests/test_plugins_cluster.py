@@ -20,6 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fedprox.py"
 
 @pytest.fixture
 def cluster():
+    ray.shutdown()  # an earlier module's shared Ray: this module's driver joins the cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(2):
         cluster.add_node(num_cpus=1)

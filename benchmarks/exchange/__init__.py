@@ -102,6 +102,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="overhead: the runs' checkpoint.every_rounds")  # fmt: skip
     parser.add_argument("--chunked-laps", choices=get_args(ChunkedLaps), default="auto",
                         help="overhead: the runs' schedule.chunked_laps")  # fmt: skip
+    parser.add_argument("--idle-s", type=float, default=10.0,
+                        help="overhead: seconds idle actors are timed (Ray's floor)")  # fmt: skip
     parser.add_argument("--dataset", default="fashion-mnist-sample")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--json", type=Path, default=RESULTS / "exchange.json")
@@ -138,13 +140,15 @@ def table(rows: list[dict[str, Any]]) -> str:
         header = ["method", "clients", "checkpoint", "every rounds", "laps in chunks",
                   "s per round",
                   "core-s per client-round",
-                  "a client's own, beyond training", "added per client-round",
+                  "a client's own, beyond training", "an idle actor's, a round",
+                  "added per client-round",
                   *(f"added: {kind}" for kind in kinds), "client peak RSS MB"]  # fmt: skip
         parts.append(markdown_table(header, [
             [r["method"], r["clients"], r["checkpoint"], r.get("checkpoint_every"),
              r["chunked_laps"],
              _or_none(r["runs"][-1].get("round_s")), f"{r['core_s_per_client_round']:.3f}",
              _or_none(r["clients_own_core_s_beyond_training"]),
+             _or_none(r.get("idle_floor_per_client_round")),
              _or_none(r["added_core_s_per_client_round"]),
              *(_or_none((r["added_by_kind"] or {}).get(kind)) for kind in kinds),
              r["runs"][-1].get("client_peak_rss_mb", {}).get("median")]

@@ -11,7 +11,7 @@ from typing import Any
 
 import ray
 
-from benchmarks.common import tree_cpu_s_by_kind
+from benchmarks.common import process_facts, tree_cpu_s_by_kind
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.history import read_history
 from ring_actors.storage.run_folder import RunFolder
@@ -73,6 +73,37 @@ def overhead_run(
     }
 
 
+@ray.remote
+class IdleActor:
+    """A process like a client's (Ray's worker, torch imported) that does nothing."""
+
+    def pid(self) -> int:
+        import os
+
+        import torch  # noqa: F401
+
+        return os.getpid()
+
+
+def idle_actor_core_s_per_s(actors: int, cores: int, seconds: float = 10.0) -> float:
+    """The CPU an idle actor process spends each second on Ray's own loops, mean over
+    ``actors`` of them: the floor under any per-round figure, whatever the ring does."""
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)  # fmt: skip
+    try:
+        handles = [IdleActor.options(num_cpus=cores / actors).remote() for _ in range(actors)]
+        pids = ray.get([h.pid.remote() for h in handles])
+        time.sleep(3.0)  # past the start's own work
+        before = [process_facts(p).cpu_s for p in pids]
+        started = time.monotonic()
+        time.sleep(seconds)
+        after = [process_facts(p).cpu_s for p in pids]
+        elapsed = time.monotonic() - started
+    finally:
+        ray.shutdown()
+    return statistics.mean(b - a for a, b in zip(before, after, strict=True)) / elapsed
+
+
 def _peak_rss(by_round: dict[int, dict[int, dict[str, float]]]) -> dict[str, float]:
     """The median and the largest of the client processes' peak resident sets, MB."""
     peaks: dict[int, float] = {}
@@ -93,6 +124,11 @@ def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path)
            "chunked_laps": args.chunked_laps,
            "runs": runs}  # fmt: skip
     row["core_s_per_client_round"] = runs[-1]["core_s_per_client_round"]
+    # Measured in the same sitting: what an idle actor spends over one of the run's rounds.
+    row["idle_actor_core_s_per_s"] = idle_actor_core_s_per_s(clients, args.cores, args.idle_s)
+    row["idle_floor_per_client_round"] = (
+        row["idle_actor_core_s_per_s"] * runs[-1]["round_s"] if runs[-1]["round_s"] else None
+    )
     row["clients_own_core_s_beyond_training"] = runs[-1]["clients_own_core_s_beyond_training"]
     row["added_core_s_per_client_round"] = None
     row["added_by_kind"] = None

@@ -91,13 +91,19 @@ def connect_ray(
             log.warning("Ray was started elsewhere: pass ray.py_modules to its runtime_env")
         return False
     address = address or os.environ.get("RAY_ADDRESS")
+    # Ray's own default joins the newest cluster `ray start` left on this machine, even
+    # another user's: a run asked to go local gets a Ray of its own.
     local = {} if address else {"include_dashboard": dashboard}
     if not address:  # a local Ray keeps its token on this machine: no notice to read
         logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     env = job_runtime_env(py_modules)
     on_sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(
-        address=address, log_to_driver=False, configure_logging=False, runtime_env=env, **local
+        address=address or "local",
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env=env,
+        **local,
     )
     take_sigterm_back(on_sigterm)
     return address is None

@@ -11,7 +11,7 @@ from benchmarks.hop import main
 pytestmark = pytest.mark.slow
 
 
-def test_both_formats_deliver_and_are_timed(tmp_path):
+def test_both_formats_deliver_and_are_timed(tmp_path, no_ray):
     out = tmp_path / "hop.json"
     rows = main(["--backbones", "cnn", "--repeats", "2", "--json", str(out)])
     assert [(r["backbone"], r["format"]) for r in rows] == [

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 RING8 = REPO / "jobs" / "configs" / "ring8-drdfl.yaml"
 
 
-def test_bad_override_names_the_key_and_exits_before_ray(capsys):
+def test_bad_override_names_the_key_and_exits_before_ray(capsys, no_ray):
     assert main(["clients.count=many"]) == 2
     err = capsys.readouterr().err
     assert "clients.count" in err and "integer" in err

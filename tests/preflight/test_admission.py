@@ -64,8 +64,7 @@ def test_this_node_reports_its_memory():
     assert memory is not None and 0 < memory.available_gb <= memory.total_gb
 
 
-def test_launch_refuses_before_ray_or_any_actor_starts(tmp_path):
-    ray.shutdown()  # another module's shared Ray: this test starts from none
+def test_launch_refuses_before_ray_or_any_actor_starts(tmp_path, no_ray):
     memory = node_memory()
     assert memory is not None
     per_client = client_gb(small_config(tmp_path))

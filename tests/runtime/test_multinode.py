@@ -20,6 +20,7 @@ pytestmark = [needs_data, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def cluster():
     """A head node that only hosts the driver and coordinator, and three worker nodes."""
+    ray.shutdown()  # an earlier module's shared Ray: this module's driver joins the cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     workers = [cluster.add_node(num_cpus=1) for _ in range(3)]
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)

@@ -36,12 +36,19 @@ def cluster_with_dashboard(tmp_path_factory):
             "include_dashboard": True,
             "dashboard_host": "127.0.0.1",
             "dashboard_port": port,
+            # Each node's agent serves the jobs; its default port (52365) is taken by any
+            # other Ray on this machine, another worker's too.
+            "dashboard_agent_listen_port": free_port(),
         },
     )
     for n in range(2):
         # A directory of its own per node, as separate machines have: nodes that share one
         # would clean up each other's copy of the job's working directory.
-        cluster.add_node(num_cpus=1, temp_dir=str(tmp_path_factory.mktemp(f"node{n}")))
+        cluster.add_node(
+            num_cpus=1,
+            temp_dir=str(tmp_path_factory.mktemp(f"node{n}")),
+            dashboard_agent_listen_port=free_port(),
+        )
     yield cluster, f"http://127.0.0.1:{port}"
     ray.shutdown()
     cluster.shutdown()
@@ -67,21 +74,22 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
         "algorithm.name=dfedavg",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
+    entrypoint = " ".join(
+        [sys.executable, "-m jobs.train --no-progress", "--config", config, "--output-dir"]
+        + [str(out), *overrides]
+    )
     deadline = time.monotonic() + 120
-    while True:  # the job server answers a few seconds after the head is up
+    while True:  # the job server, then its agent, answer seconds after the head is up
         try:
             client = JobSubmissionClient(dashboard)
+            job = client.submit_job(
+                entrypoint=entrypoint,
+                runtime_env={"working_dir": str(REPO)},  # .gitignore keeps .venv and runs/ out
+            )
             break
-        except Exception:  # noqa: BLE001 - not listening yet
+        except Exception:  # noqa: BLE001 - not listening, or no agent, yet
             assert time.monotonic() < deadline
             time.sleep(1)
-    job = client.submit_job(
-        entrypoint=" ".join(
-            [sys.executable, "-m jobs.train --no-progress", "--config", config, "--output-dir"]
-            + [str(out), *overrides]
-        ),
-        runtime_env={"working_dir": str(REPO)},  # .gitignore keeps .venv and runs/ out
-    )
     deadline = time.monotonic() + 600
     while (status := client.get_job_status(job)) not in JobStatus.__members__.values() or not (
         status.is_terminal()
