@@ -4,17 +4,59 @@ tiny training, this process and every process below it read before and after."""
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from benchmarks.common import process_facts, tree_cpu_s_by_kind
+from benchmarks.common import (
+    ACTOR_KINDS,
+    command_line,
+    descendants,
+    process_facts,
+    process_table,
+    tree_cpu_s_by_kind,
+)
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.history import read_history
 from ring_actors.storage.run_folder import RunFolder
+
+
+class ActorCpuWatch(threading.Thread):
+    """Each actor process's CPU as last seen. An actor that exits before the run's end is
+    read is reaped by its raylet, whose children's time then holds it: the watch moves it
+    back to the actor's own kind."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.every_s, self.stop = every_s, threading.Event()
+        self.seen: dict[int, tuple[str, float]] = {}  # pid: (kind, CPU seconds)
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            table = process_table()
+            for pid in descendants(os.getpid(), table):
+                if (kind := _kind(pid)) is not None:
+                    self.seen[pid] = (kind, table[pid].cpu_s)
+
+    def gone_since(self, after: dict[str, float]) -> dict[str, float]:
+        """``after`` (a tree's CPU by kind) with the actors that exited moved back from
+        ``ray``."""
+        moved = dict(after)
+        for pid, (kind, cpu_s) in self.seen.items():
+            if _kind(pid) != kind:  # exited (a zombie has no command line): read as Ray's
+                moved[kind] = moved.get(kind, 0.0) + cpu_s
+                moved["ray"] = moved.get("ray", 0.0) - cpu_s
+        return moved
+
+
+def _kind(pid: int) -> str | None:
+    """The run's actor kind a process is, as its title says (None: not one, or gone)."""
+    return ACTOR_KINDS.get(command_line(pid).split(" ", 1)[0].partition(".")[0])
 
 
 def overhead_run(
@@ -44,10 +86,14 @@ def overhead_run(
         }
     )
     before = tree_cpu_s_by_kind()
+    watch = ActorCpuWatch()
+    watch.start()
     started = time.monotonic()
     summary = run_experiment(config, out / "run", progress=False)
     wall_s = time.monotonic() - started
-    after = tree_cpu_s_by_kind()  # Ray still up: its processes are read, not lost
+    watch.stop.set()
+    watch.join()
+    after = watch.gone_since(tree_cpu_s_by_kind())  # Ray still up: its processes are read
     ray.shutdown()
     by_kind = {kind: after[kind] - before.get(kind, 0.0) for kind in after}
     history = read_history(RunFolder(out / "run").coordinator_history)

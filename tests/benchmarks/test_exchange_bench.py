@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks.common import tree_cpu_s
 from benchmarks.exchange import PHASES, main
+from benchmarks.exchange.overhead import ActorCpuWatch
 
 pytestmark = pytest.mark.slow
 
@@ -105,3 +106,13 @@ def test_the_cpu_of_a_child_that_exited_is_still_counted():
     spin = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
     subprocess.run([sys.executable, "-c", spin], check=True)  # waited for: its time is ours
     assert tree_cpu_s() - before >= 0.5
+
+
+def test_an_actor_that_exited_before_the_read_keeps_its_kind():
+    watch = ActorCpuWatch()
+    watch.seen = {2**22 + 1: ("clients", 2.0)}  # beyond pid_max: gone, its raylet reaped it
+    assert watch.gone_since({"ray": 5.0, "driver": 1.0}) == {
+        "ray": 3.0,
+        "driver": 1.0,
+        "clients": 2.0,
+    }

@@ -4,8 +4,10 @@ directory (``ray job submit --working-dir .``), its driver runs there, clients o
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +29,7 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def cluster_with_dashboard(tmp_path_factory):
+def cluster_with_dashboard():
     port = free_port()
     cluster = Cluster(
         initialize_head=True,
@@ -41,17 +43,20 @@ def cluster_with_dashboard(tmp_path_factory):
             "dashboard_agent_listen_port": free_port(),
         },
     )
-    for n in range(2):
+    node_dirs = [tempfile.mkdtemp(prefix=f"ra-node{n}-", dir="/tmp") for n in range(2)]
+    for node_dir in node_dirs:
         # A directory of its own per node, as separate machines have: nodes that share one
         # would clean up each other's copy of the job's working directory.
         cluster.add_node(
             num_cpus=1,
-            temp_dir=str(tmp_path_factory.mktemp(f"node{n}")),
+            temp_dir=node_dir,  # short: Ray's socket paths under it stay within 107 bytes
             dashboard_agent_listen_port=free_port(),
         )
     yield cluster, f"http://127.0.0.1:{port}"
     ray.shutdown()
     cluster.shutdown()
+    for node_dir in node_dirs:
+        shutil.rmtree(node_dir, ignore_errors=True)
 
 
 def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
