@@ -25,6 +25,9 @@ def test_a_process_reads_its_own_cpu_time():
 def test_a_process_command_line_is_read_whole_and_empty_once_gone():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "marker"])
     try:
+        deadline = time.monotonic() + 10
+        while command_line(child.pid) == "" and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the child has exec'd
         assert command_line(child.pid).endswith("time.sleep(30) marker")
     finally:
         child.kill()

@@ -17,7 +17,7 @@ from benchmarks.exchange.overhead import ActorCpuWatch
 pytestmark = pytest.mark.slow
 
 
-def test_a_hop_by_phase_and_laps_in_process_and_on_ray(tmp_path):
+def test_a_hop_by_phase_and_laps_in_process_and_on_ray(tmp_path, no_ray):
     out = tmp_path / "exchange.json"
     rows = main(
         ["--parts", "hop", "lap", "--sizes-mb", "1", "--members", "2", "3",
