@@ -158,6 +158,12 @@ def tree_cpu_s(root: int | None = None) -> float:
     return sum(tree_cpu_s_by_kind(root).values())
 
 
+def actor_kind(pid: int) -> str | None:
+    """The run's actor kind a process is, by the title Ray gives it (``ray::Actor.method``);
+    None: not one of the run's actors, or gone."""
+    return ACTOR_KINDS.get(command_line(pid).split(" ", 1)[0].partition(".")[0])
+
+
 def tree_cpu_s_by_kind(root: int | None = None) -> dict[str, float]:
     """:func:`tree_cpu_s` split by what each process is: ``driver`` (``root``), the run's
     actors (:data:`ACTOR_KINDS`, by the title Ray gives an actor's process) and ``ray`` (Ray's
@@ -166,8 +172,7 @@ def tree_cpu_s_by_kind(root: int | None = None) -> dict[str, float]:
     table = process_table()
     split: dict[str, float] = {}
     for pid in descendants(root, table):
-        title = command_line(pid).split(" ", 1)[0].partition(".")[0]  # ray::Actor.method
-        kind = "driver" if pid == root else ACTOR_KINDS.get(title, "ray")
+        kind = "driver" if pid == root else (actor_kind(pid) or "ray")
         split[kind] = split.get(kind, 0.0) + table[pid].cpu_s + reaped_cpu_s(pid)
     return split
 

@@ -14,8 +14,7 @@ from typing import Any
 import ray
 
 from benchmarks.common import (
-    ACTOR_KINDS,
-    command_line,
+    actor_kind,
     descendants,
     process_facts,
     process_table,
@@ -40,7 +39,7 @@ class ActorCpuWatch(threading.Thread):
         while not self.stop.wait(self.every_s):
             table = process_table()
             for pid in descendants(os.getpid(), table):
-                if (kind := _kind(pid)) is not None:
+                if (kind := actor_kind(pid)) is not None:
                     self.seen[pid] = (kind, table[pid].cpu_s)
 
     def gone_since(self, after: dict[str, float]) -> dict[str, float]:
@@ -48,15 +47,10 @@ class ActorCpuWatch(threading.Thread):
         ``ray``."""
         moved = dict(after)
         for pid, (kind, cpu_s) in self.seen.items():
-            if _kind(pid) != kind:  # exited (a zombie has no command line): read as Ray's
+            if actor_kind(pid) != kind:  # exited (a zombie has no command line): read as Ray's
                 moved[kind] = moved.get(kind, 0.0) + cpu_s
                 moved["ray"] = moved.get("ray", 0.0) - cpu_s
         return moved
-
-
-def _kind(pid: int) -> str | None:
-    """The run's actor kind a process is, as its title says (None: not one, or gone)."""
-    return ACTOR_KINDS.get(command_line(pid).split(" ", 1)[0].partition(".")[0])
 
 
 def overhead_run(
