@@ -27,6 +27,9 @@ class RingChanges:
     results: Results
     stop_reason: str | None = field(default=None, init=False)
     broadcast_epoch: int = field(default=-1, init=False)
+    # Views go out once the ring has started: one sent while the launch still registers
+    # members is partial, and its members would act on it (a lap group of two, say).
+    ring_started: bool = field(default=False, init=False)
 
     def event(
         self, kind: EventKind, client_id: int, round_: int, detail: str, **measured: float
@@ -39,6 +42,11 @@ class RingChanges:
         for handle in handles.values():
             handle.set_view(view, handles)
         self.broadcast_epoch = view.epoch
+        self.ring_started = True
+
+    def view_due(self) -> bool:
+        """Whether the members act on an older view than the table's."""
+        return self.ring_started and self.roster.table.epoch != self.broadcast_epoch
 
     def hand_off(self, donor: int | None, client_id: int, first_round: int) -> Joining:
         """Ask ``donor`` to hand the newcomer its state at the end of the round before

@@ -270,7 +270,7 @@ class CoordinatorCore:
 
     def _reconcile_views(self) -> None:
         """Broadcast a new view only when the epoch moved (after checkpointing it)."""
-        if self.roster.table.epoch != self.changes.broadcast_epoch:
+        if self.changes.view_due():
             self.recovery.checkpoint(force=True)
             self.changes.broadcast()
 

@@ -105,6 +105,7 @@ class Recovery:
             results.done, results.errors = saved.done, saved.errors
             if not adopt_clients:
                 return True
+            self.changes.ring_started = True  # its views go out again on the next pass
             for client_id in roster.table.live:
                 handle = self.find_client(client_id)
                 if handle is None:  # gone while we were down

@@ -45,6 +45,21 @@ def test_start_sends_one_view_and_starts_everyone(tmp_path):
         assert view.members == (0, 1, 2) and handles[c].started == [(0, None)]
 
 
+def test_no_view_goes_out_while_the_launch_still_registers_members(tmp_path):
+    """A pass between two registrations sends nothing: a partial view would have its
+    members form a lap group of two that the start's view replaces at once."""
+    config = config_from_dict({"experiment": {"rounds": 5}, "clients": {"count": 3}})
+    handles = {c: ScriptedClient(c) for c in range(3)}
+    core = CoordinatorCore(config, tmp_path, Tracker("unused", "t", "run"), handles.get)
+    for c in range(3):
+        core.register(c, handles[c], "node")
+        core.reconcile()
+    assert all(not h.views for h in handles.values())
+    core.start_clients()
+    core.reconcile()
+    assert [len(h.views) for h in handles.values()] == [1, 1, 1]
+
+
 def test_a_dead_member_is_bypassed_and_the_survivors_get_a_new_view(tmp_path):
     core, handles = make(tmp_path)
     handles[1].state = "dead"
