@@ -122,6 +122,9 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
         "schedule": {"mode": "sync", "hop_timeout_s": 20},
         "eval": {"every": 1, "global_max_samples": 300, "local_max_samples": 200},
         "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        # Each round's state on disk: the tests that cut or restart a client at a round say
+        # which; a case of another cadence overrides it.
+        "checkpoint": {"every_rounds": 1},
     }
     return config_from_dict(apply_overrides(base, overrides))
 

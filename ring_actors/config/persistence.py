@@ -16,8 +16,9 @@ class CheckpointSection:
     # After every this many rounds (aligned: rounds every_rounds-1, 2*every_rounds-1, ...)
     # and after the last; a resume redoes the rounds since, and peers keep that many more
     # rounds of history for it. No time-based policy: it would leave a checkpoint an
-    # unbounded number of rounds behind, and the history with it.
-    every_rounds: int = 1
+    # unbounded number of rounds behind, and the history with it. 4: what a checkpoint
+    # costs a round falls within the framework's CPU budget (docs/faults-and-recovery.md).
+    every_rounds: int = 4
     # Write on a thread of its own, the round going on with a copy of the method handed
     # over (``auto``: for clients on a GPU, whose host cores idle while it trains). Where
     # every core trains, the copy and the second thread cost more CPU than they hide.

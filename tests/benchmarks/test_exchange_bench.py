@@ -78,7 +78,7 @@ def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
     out = tmp_path / "exchange.json"
     rows = main(
         ["--parts", "overhead", "--clients", "2", "--methods", "dfedavg", "--rounds", "1", "2",
-         "--idle-s", "1", "--json", str(out)]
+         "--idle-s", "3", "--json", str(out)]
     )  # fmt: skip
     assert [(r["part"], r["method"], r["clients"]) for r in rows] == [("overhead", "dfedavg", 2)]
     row = rows[0]
@@ -91,7 +91,8 @@ def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
     assert row["core_s_per_client_round"] == row["runs"][-1]["core_s_per_client_round"]
     assert row["clients_own_core_s_beyond_training"] > 0  # round 1's, as the clients measured
     assert row["added_core_s_per_client_round"] == pytest.approx(sum(row["added_by_kind"].values()))
-    assert 0 < row["idle_actor_core_s_per_s"] < 1  # Ray's own loops: some CPU, far from a core
+    # Ray's own loops: some CPU (a few 10 ms ticks in 3 s), far from a core
+    assert 0 < row["idle_actor_core_s_per_s"] < 1
     assert row["idle_floor_per_client_round"] == pytest.approx(
         row["idle_actor_core_s_per_s"] * row["runs"][-1]["round_s"]
     )

@@ -115,6 +115,7 @@ def _checkpointing_client(tmp_path, algorithm: str, **sections):
             "clients": {"count": 3},
             "algorithm": {"name": algorithm},
             "schedule": {"hop_timeout_s": 2},
+            "checkpoint": {"every_rounds": 1},  # each round's state, whatever the default
             **sections,
         }
     )

@@ -24,6 +24,7 @@ def alone(tmp_path) -> ClientCore:
             "clients": {"count": 2},
             "algorithm": {"name": "dfedavg"},
             "schedule": {"hop_timeout_s": 2},
+            "checkpoint": {"every_rounds": 1},
         }
     )
     data = separable(32, 4, SHAPE)
