@@ -189,10 +189,12 @@ def test_per_round_state_stays_bounded_over_a_long_run(tmp_path):
     assert summary["rounds_completed"] == 30
     for client in run.clients.values():
         core = client.core
-        assert len(core.inbox._seen) <= 4 * 3 * 2  # a few rounds of tokens and pushes
-        assert len(core.laps.results) <= 4
+        # A few rounds, plus those a checkpoint may lag (a resume redoes them from peers).
+        lag = core.config.checkpoint.every_rounds - 1
+        assert len(core.inbox._seen) <= (4 + lag) * 3 * 2  # tokens and pushes
+        assert len(core.laps.results) <= 4 + lag
         assert not core.outbox.in_flight
-        assert len(core.published.by_round) <= 3
+        assert len(core.published.by_round) <= 3 + lag
     assert len(run.coordinator.health.probes) <= 3
 
 

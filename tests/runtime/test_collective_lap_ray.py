@@ -45,7 +45,7 @@ def test_a_crashed_and_a_hung_member_cost_the_engine_a_fallback_and_nothing_else
     ray_local, tmp_path
 ):
     """Client 1's process exits as round 1 begins; client 3 freezes, heartbeats and all, as
-    round 2 begins, while the others wait for it inside the collective: their calls end at
+    round 3 begins, while the others wait for it inside the collective: their calls end at
     the deadline, the ring lap goes, the ring bypasses 3, and each later epoch's group forms
     without the members it lost."""
     summary, rows, events = lap_run(
@@ -53,16 +53,18 @@ def test_a_crashed_and_a_hung_member_cost_the_engine_a_fallback_and_nothing_else
         "clients.count=5",
         "clients.num_cpus=0.25",
         "experiment.rounds=4",
-        "faults=[{at_round: 1, crash: [1]}, {at_round: 2, hang: [3], for_s: 300}]",
+        "faults=[{at_round: 1, crash: [1]}, {at_round: 3, hang: [3], for_s: 300}]",
     )
     assert summary["rounds_completed"] == 4
     assert summary["ring_order"] == [0, 2, 4]
     assert summary["events"]["crashes"] == 1 and summary["events"]["lost_payloads"] == 0
-    one_total_per_round(rows, {0: 5, 1: 4, 2: 3, 3: 3})
+    one_total_per_round(rows, {0: 5, 1: 4, 2: 4, 3: 3})
     fallbacks = [e for e in events if e["kind"] == "lap_engine_fallback"]
-    # Round 2's collective waited for the frozen member; round 1's may have begun before
-    # the crashed one was bypassed.
-    assert any(e["round"] == 2 for e in fallbacks), fallbacks
-    assert all(e["round"] in (1, 2) for e in fallbacks), fallbacks
+    # Round 1's collective lost the crashed member, round 3's waited for the frozen one. On
+    # a loaded machine round 2's may fail too (seen: "connection closed by peer"), and a
+    # group that failed once is left for the rest of its epoch: round 3 then goes round the
+    # ring from the start. Either way, every total above is whole.
+    assert any(e["round"] == 1 for e in fallbacks), fallbacks
+    assert all(e["round"] in (1, 2, 3) for e in fallbacks), fallbacks
     formed = [e for e in events if e["kind"] == "lap_group_formed"]
     assert "[0, 2, 4]" in formed[-1]["detail"], formed
