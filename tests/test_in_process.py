@@ -190,11 +190,11 @@ def test_per_round_state_stays_bounded_over_a_long_run(tmp_path):
     for client in run.clients.values():
         core = client.core
         # A few rounds, plus those a checkpoint may lag (a resume redoes them from peers).
-        lag = core.config.checkpoint.every_rounds - 1
-        assert len(core.inbox._seen) <= (4 + lag) * 3 * 2  # tokens and pushes
-        assert len(core.laps.results) <= 4 + lag
+        kept = core.config.checkpoint.rounds_kept
+        assert len(core.inbox._seen) <= kept(4) * 3 * 2  # tokens and pushes
+        assert len(core.laps.results) <= kept(4)
         assert not core.outbox.in_flight
-        assert len(core.published.by_round) <= 3 + lag
+        assert len(core.published.by_round) <= kept(3)
     assert len(run.coordinator.health.probes) <= 3
 
 
