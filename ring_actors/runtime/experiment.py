@@ -20,7 +20,7 @@ from ring_actors.runtime.follow import ask
 from ring_actors.runtime.placement import Placement
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
-from ring_actors.runtime.worker_deaths import quiet_deaths_of
+from ring_actors.runtime.worker_deaths import RestartedClients, quiet_deaths_of
 from ring_actors.runtime.worker_env import actor_runtime_env
 from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import LaunchTimeouts, Timeouts
@@ -56,6 +56,7 @@ class Experiment:
     resume: bool = False
     admitted: set[int] = field(default_factory=set)
     slot_pools: dict[str, ray.actor.ActorHandle] = field(default_factory=dict)
+    restarted: RestartedClients = field(default_factory=RestartedClients)
 
     @property
     def timeouts(self) -> Timeouts:
@@ -96,20 +97,6 @@ class Experiment:
         quiet_deaths_of(facts.pid for facts in started.facts.values())  # the run handles them
         self.start_slot_pools()
         return started
-
-    def quiet_restarted_clients(self, wait_s: float = 0.5) -> None:
-        """Ray restarts a crashed client (``clients.max_restarts``) in a new process: that
-        process's death, too, is the run's to tell. Asks each client where it runs now; one
-        that does not answer within ``wait_s`` is asked again at the next change."""
-        calls = [handle.describe.remote() for handle in self.clients.values()]
-        ready, _ = ray.wait(calls, num_returns=len(calls), timeout=wait_s)
-        pids = []
-        for ref in ready:
-            try:
-                pids.append(ray.get(ref).pid)
-            except ray.exceptions.RayError:  # died meanwhile: nothing new to quiet
-                continue
-        quiet_deaths_of(pids)
 
     def start_slot_pools(self) -> None:
         """One compute-slot pool on every node that hosts clients (once per node)."""

@@ -82,7 +82,8 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
             rounds = config.experiment.rounds
             carry_out(experiment, config.faults, state.round, state.newest, applied, rounds)
             if state.epoch != epoch and config.clients.max_restarts > 0:
-                experiment.quiet_restarted_clients()
+                experiment.restarted.ask(experiment.clients.values())
+            experiment.restarted.quiet_answered()
             epoch = state.epoch
             shown.update(state)
             if state.finished:

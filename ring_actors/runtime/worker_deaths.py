@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
+import ray
 import ray._private.worker as ray_worker
 
 WORKER_DIED = "A worker died or was killed while executing a task"
@@ -71,3 +73,30 @@ class _WithoutHandledNotices:
         lines = [line for line in data["lines"] if not is_handled_notice(line)]
         if lines:
             self.printer({**data, "lines": lines}, *args, **kwargs)
+
+
+@dataclass
+class RestartedClients:
+    """The processes Ray restarts crashed clients in (``clients.max_restarts``): their deaths,
+    too, are the run's to tell. A restarting client answers where it runs only once its new
+    process is constructed, which on a loaded node takes seconds, so its answer is taken
+    whenever it comes rather than waited for."""
+
+    asked: list[ray.ObjectRef] = field(default_factory=list)
+
+    def ask(self, clients: Iterable[ray.actor.ActorHandle]) -> None:
+        """Ask every client where it runs now (after a membership change)."""
+        self.asked = [handle.describe.remote() for handle in clients]
+
+    def quiet_answered(self) -> None:
+        """Quiet the deaths of the processes whose clients have answered; never waits."""
+        if not self.asked:
+            return
+        ready, self.asked = ray.wait(self.asked, num_returns=len(self.asked), timeout=0)
+        pids = []
+        for ref in ready:
+            try:
+                pids.append(ray.get(ref).pid)
+            except ray.exceptions.RayError:  # died meanwhile: nothing new to quiet
+                continue
+        quiet_deaths_of(pids)

@@ -2,7 +2,10 @@
 
 glibc gives every thread that allocates its own malloc arena and keeps freed memory in it; a
 client runs Ray's RPC threads, its training thread and torch's pools, so without limits each
-client process keeps hundreds of MB of freed memory. Two arenas bound that at no cost in speed.
+client process keeps hundreds of MB of freed memory. One arena bounds that at no cost in speed,
+and it must be one: a thread's own arena grows in 64 MiB heaps, and glibc (2.36) unmaps a heap
+that falls free whatever the trim threshold below says, so a training thread that drew the
+second of two arenas faulted its working memory in every step.
 
 Within a training step the opposite holds: glibc's default thresholds move with the sizes it
 sees and hand a step's freed activations back to the system before the next step asks for them
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 ALLOCATOR_ENV = {
-    "MALLOC_ARENA_MAX": "2",
+    "MALLOC_ARENA_MAX": "1",
     # glibc's largest: blocks up to 32 MiB come from the arenas, and are reused step to step.
     "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
     # Never trimmed during compute; release_freed_memory() trims when the slot is given back.
