@@ -159,9 +159,10 @@ class CollectiveLaps:
                 prefixed, group.rank, len(group.members), options
             )
         except Exception as err:  # noqa: BLE001 - a refused rendezvous or port: the ring lap
-            group.broken = f"group of epoch {group.epoch} did not form: {_first_line(err)}"
-            log.warning("client %d: %s; laps go round the ring", self.host.id, group.broken)
-            self.host.event(EventKind.LAP_ENGINE_FALLBACK, -1, group.broken)
+            if not group.broken:  # else a round that could not wait for it said so already
+                group.broken = f"group of epoch {group.epoch} did not form: {_first_line(err)}"
+                log.warning("client %d: %s; laps go round the ring", self.host.id, group.broken)
+                self.host.event(EventKind.LAP_ENGINE_FALLBACK, -1, group.broken)
         else:
             if group.rank == 0:
                 formed_s = time.monotonic() - started
@@ -226,7 +227,12 @@ class CollectiveLaps:
             return None
         if view.active(round_) != view.members:  # a joiner before its first round
             return None
-        if not group.ready.wait(min(self.deadline_s, time_left_s)):
+        wait_s = min(self.deadline_s, time_left_s)
+        if not group.ready.wait(wait_s):
+            # Its peers may call into the group meanwhile: they fall back at the deadline, and
+            # this member must never enter the group later, alone, so it is done for.
+            group.broken = f"group of epoch {epoch} not formed within the round's {wait_s:.1f} s"
+            self.host.event(EventKind.LAP_ENGINE_FALLBACK, round_, group.broken)
             return None
         return None if group.broken or group.process_group is None else group
 

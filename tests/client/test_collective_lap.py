@@ -185,6 +185,21 @@ def test_a_group_whose_store_is_never_published_falls_back_with_one_event():
     assert laps[1].run("avg", 1, contribution(1), view(1, (0, 1, 2)), 60.0) is None
 
 
+def test_a_round_that_cannot_wait_for_its_group_falls_back_with_one_event():
+    """A member whose group is still forming when its round's time is up goes round the ring,
+    says so in that round, and never enters the group later: its peers' calls that round
+    found it absent and gave the group up."""
+    laps = engines(2, LocalRendezvous())
+    laps[1].on_view(view(1, (0, 1)))  # member 0 never forms: member 1 waits for its store
+    started = time.monotonic()
+    assert laps[1].run("avg", 1, contribution(1), view(1, (0, 1)), time_left_s=0.2) is None
+    assert time.monotonic() - started < DEADLINE_S
+    assert laps[1].groups[1].ready.wait(2 * DEADLINE_S)
+    assert laps[1].run("avg", 2, contribution(1), view(1, (0, 1)), 60.0) is None
+    fallbacks = [e for e in laps[1].host.events if e[0] == EventKind.LAP_ENGINE_FALLBACK]
+    assert [(round_, "not formed" in detail) for _, round_, detail in fallbacks] == [(1, True)]
+
+
 def ring_models(tmp_path, engine: str, faults=()) -> tuple[list[dict], dict, list[str]]:
     """The live members' models at the end, the summary, and the run's event kinds."""
     run = ring(
