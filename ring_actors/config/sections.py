@@ -122,8 +122,9 @@ class ClientsSection:
     concurrency: int | Literal["auto"] = "auto"
     slots_per_gpu: int = 2
     # Who computes next when clients wait for a slot: ``oldest_round`` (the lowest round,
-    # then first come), ``first_come``, or ``least_recent`` (the client served longest ago;
-    # ring_actors/runtime/slots.py says when each pays).
+    # then the longest compute as last round's took, then first come), ``first_come``, or
+    # ``least_recent`` (the client served longest ago; ring_actors/runtime/slots.py says when
+    # each pays).
     slot_order: Literal["oldest_round", "first_come", "least_recent"] = "oldest_round"
     # A client that gives its slot back moves its optimiser state to host memory until it
     # next computes (``auto``: on a GPU only); its allocator's cache is returned either way.

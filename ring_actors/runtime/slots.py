@@ -50,24 +50,30 @@ SLOT_ORDERS = ("oldest_round", "first_come", "least_recent")
 
 @dataclass(order=True)
 class _Request:
-    key: tuple[int, ...]
+    key: tuple[float, ...]
     client: int = field(compare=False)
     round: int = field(compare=False)
     granted: asyncio.Event = field(compare=False, default_factory=asyncio.Event)
     token: int = field(compare=False, default=-1)
+    hold: tuple[int, int] = field(compare=False, default=(-1, 0))
 
 
 @dataclass
 class _Grant:
     client: int
     renewed: float
+    hold: tuple[int, int]  # the client and which of its round's holds (training, evaluation)
+    granted: float
 
 
 class SlotPool:
     """Grants at most ``limit`` slots at a time, in the order ``order`` names:
 
-    - ``oldest_round``: the lowest round first, then first come. The client furthest behind
-      computes next, so a sync ring's round is not held up by a client that waited;
+    - ``oldest_round``: the lowest round first, then the longest hold first (as long as the
+      client's same hold of its last round took), then first come. The client furthest
+      behind computes next, so a sync ring's round is not held up by a client that waited;
+      within a round, a client with twice the data starts before the others rather than
+      after them, when it alone would hold the round up;
     - ``first_come``: the order of the requests, whatever their round;
     - ``least_recent``: a client finishing a round it was already granted a slot for (its
       evaluation after its training) first, then the client granted a slot longest ago (one
@@ -88,6 +94,8 @@ class SlotPool:
         self.lease_s = lease_s
         self.order = order
         self.last_granted: dict[int, tuple[int, int]] = {}  # client: (grant number, round)
+        self.holds_in_round: dict[int, tuple[int, int]] = {}  # client: (round, holds so far)
+        self.held_s: dict[tuple[int, int], float] = {}  # (client, hold): how long it last took
         self.waiting: list[_Request] = []
         self.held: dict[int, _Grant] = {}
         self.seq = itertools.count()
@@ -103,6 +111,7 @@ class SlotPool:
             if grant.client == client_id:
                 del self.held[token]
         request = _Request(self._key(client_id, round_), client_id, round_)
+        request.hold = self._count_hold(client_id, round_)
         heapq.heappush(self.waiting, request)
         self._dispatch()
         if self.reaper is None:
@@ -123,14 +132,23 @@ class SlotPool:
             heapq.heapify(self.waiting)
         self._dispatch()
 
-    def _key(self, client_id: int, round_: int) -> tuple[int, ...]:
+    def _key(self, client_id: int, round_: int) -> tuple[float, ...]:
         arrival = next(self.seq)
         if self.order == "first_come":
             return (arrival,)
         if self.order == "least_recent":
             grant, granted_round = self.last_granted.get(client_id, (-1, -1))
             return (-2 if granted_round == round_ else grant, round_, arrival)
-        return (round_, arrival)
+        return (round_, -self.held_s.get(self._next_hold(client_id, round_), 0.0), arrival)
+
+    def _next_hold(self, client_id: int, round_: int) -> tuple[int, int]:
+        seen_round, holds = self.holds_in_round.get(client_id, (-1, 0))
+        return client_id, holds if seen_round == round_ else 0
+
+    def _count_hold(self, client_id: int, round_: int) -> tuple[int, int]:
+        hold = self._next_hold(client_id, round_)
+        self.holds_in_round[client_id] = (round_, hold[1] + 1)
+        return hold
 
     async def renew(self, token: int) -> bool:
         """Extend a lease; False if it was already taken back."""
@@ -141,7 +159,9 @@ class SlotPool:
 
     async def release(self, token: int) -> None:
         """Give a slot back (idempotent: a reclaimed token is ignored)."""
-        self.held.pop(token, None)
+        grant = self.held.pop(token, None)
+        if grant is not None:
+            self.held_s[grant.hold] = time.monotonic() - grant.granted
         self._dispatch()
 
     async def status(self) -> dict[str, int]:
@@ -161,7 +181,8 @@ class SlotPool:
         while self.waiting and len(self.held) < self.limit:
             request = heapq.heappop(self.waiting)
             request.token = next(self.tokens)
-            self.held[request.token] = _Grant(request.client, time.monotonic())
+            now = time.monotonic()
+            self.held[request.token] = _Grant(request.client, now, request.hold, now)
             self.last_granted[request.client] = (self.granted, request.round)
             self.granted += 1
             self.most_held = max(self.most_held, len(self.held))

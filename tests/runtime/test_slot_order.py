@@ -39,6 +39,25 @@ def test_oldest_round_grants_the_lowest_round_first():
     assert asyncio.run(_grant_order(pool, REQUESTS)) == [1, 3, 0, 2]
 
 
+def test_oldest_round_starts_the_longest_compute_of_a_round_first():
+    """Within a round, the client whose same hold took longest last round goes first: one
+    with twice the data, started last, would hold the round up alone. Training (a round's
+    first hold) and evaluation (its second) are timed apart."""
+
+    async def scenario() -> list[int]:
+        pool = SlotPool(1, order="oldest_round")
+        for client, train_s in ((0, 0.05), (1, 0.1), (2, 0.2)):  # round 0: 2 trains longest
+            token = await pool.acquire(client, 0)
+            await asyncio.sleep(train_s)
+            await pool.release(token)
+            await pool.release(await pool.acquire(client, 0))  # its evaluation, short
+        await pool.release(await pool.acquire(0, 1))  # client 0 trained round 1 already
+        # Client 0 now evaluates, the shortest hold: after both trainings, the longer first.
+        return await _grant_order(pool, [(0, 1), (1, 1), (2, 1)])
+
+    assert asyncio.run(scenario()) == [2, 1, 0]
+
+
 def test_first_come_grants_in_the_order_of_asking():
     pool = SlotPool(1, order="first_come")
     assert asyncio.run(_grant_order(pool, REQUESTS)) == [0, 1, 2, 3]
