@@ -24,8 +24,10 @@ import yaml
 from torch import nn
 
 from ring_actors.config import Config
+from ring_actors.coordinator.history import read_history
 from ring_actors.preflight.output_folder import RunFolderError
 from ring_actors.runtime.driver import launch, run_experiment, shutdown
+from ring_actors.storage.run_folder import RunFolder
 from tests.conftest import needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
@@ -34,10 +36,14 @@ CLIENTS = 3
 
 
 def rounds_written(run_dir: Path) -> set[tuple[int, int]]:
+    """The (client, round) reports on disk. The coordinator's history is appended as they come
+    (half a second behind at most); metrics.parquet is rewritten only now and then, often
+    after a cut's window has closed."""
+    rows = read_history(RunFolder(run_dir).coordinator_history).rows
     path = run_dir / "metrics.parquet"
-    if not path.exists():
-        return set()
-    return {(r["client"], r["round"]) for r in pq.read_table(path).to_pylist()}
+    if path.exists():
+        rows = rows + pq.read_table(path).to_pylist()
+    return {(r["client"], r["round"]) for r in rows}
 
 
 def saved_rounds(run_dir: Path) -> dict[int, int]:
@@ -196,12 +202,14 @@ def test_a_run_whose_driver_died_resumes_to_the_same_result(ray_local, tmp_path,
 
     run_dir = tmp_path / "cut"
     experiment = launch(config, run_dir)
-    ray.get(experiment.coordinator.start_clients.remote())
-    deadline = time.monotonic() + 300
-    while not case.cut_when(run_dir):
-        assert time.monotonic() < deadline  # the files follow the run within seconds
-        time.sleep(0.1)
-    shutdown(experiment)  # the driver dies: every actor of the run goes with it
+    try:
+        ray.get(experiment.coordinator.start_clients.remote())
+        deadline = time.monotonic() + 300
+        while not case.cut_when(run_dir):
+            assert time.monotonic() < deadline  # the files follow the run within seconds
+            time.sleep(0.1)
+    finally:  # the driver dies: every actor of the run goes with it (the next case's CPUs)
+        shutdown(experiment)
     assert json.loads((run_dir / "summary.json").read_text())["partial"] is True
     for saved in (run_dir / "clients").glob("*.pt"):  # no checksum torch.load never reads
         assert all(r.CRC == 0 for r in zipfile.ZipFile(saved).infolist() if r.file_size)
