@@ -39,6 +39,7 @@ from ring_actors.runtime.ray_transport import (
 )
 from ring_actors.runtime.slot_math import slot_limit, threads_per_slot
 from ring_actors.runtime.slots import Slots, node_resources, pool_name
+from ring_actors.runtime.worker_deaths import record_client_process
 from ring_actors.runtime.worker_env import loaded_modules
 from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import Timeouts
@@ -148,6 +149,7 @@ class ClientActor:
         from ring_actors.client.method_factory import build_algorithm, client_data
         from ring_actors.data.client_splits import evaluated_split
 
+        record_client_process(run_key)  # its death, if it comes, is the run's to tell
         fail_start(config.faults, client_id, Path(state_dir))
         context = ray.get_runtime_context()
         clients = config.clients

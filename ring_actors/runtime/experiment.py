@@ -20,7 +20,7 @@ from ring_actors.runtime.follow import ask
 from ring_actors.runtime.placement import Placement
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
-from ring_actors.runtime.worker_deaths import RestartedClients, quiet_deaths_of
+from ring_actors.runtime.worker_deaths import quiet_deaths_in, quiet_deaths_of
 from ring_actors.runtime.worker_env import actor_runtime_env
 from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import LaunchTimeouts, Timeouts
@@ -56,7 +56,6 @@ class Experiment:
     resume: bool = False
     admitted: set[int] = field(default_factory=set)
     slot_pools: dict[str, ray.actor.ActorHandle] = field(default_factory=dict)
-    restarted: RestartedClients = field(default_factory=RestartedClients)
 
     @property
     def timeouts(self) -> Timeouts:
@@ -95,6 +94,7 @@ class Experiment:
         self.clients.update(started.handles)
         self.placement.update(started.facts)
         quiet_deaths_of(facts.pid for facts in started.facts.values())  # the run handles them
+        quiet_deaths_in(self.run_key)  # and the processes Ray restarts them in
         self.start_slot_pools()
         return started
 

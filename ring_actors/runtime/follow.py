@@ -53,7 +53,6 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
     applied = applied_faults(experiment)
     printed = 0  # client errors shown so far
     shown = RoundProgress(config.clients.count * config.experiment.rounds, progress)
-    epoch = -1  # the membership epoch last seen: a restarted client brings a new one
     try:
         while True:
             try:
@@ -81,10 +80,6 @@ def wait_and_finalize(experiment: Experiment, started: float, progress: bool) ->
                 break
             rounds = config.experiment.rounds
             carry_out(experiment, config.faults, state.round, state.newest, applied, rounds)
-            if state.epoch != epoch and config.clients.max_restarts > 0:
-                experiment.restarted.ask(experiment.clients.values())
-            experiment.restarted.quiet_answered()
-            epoch = state.epoch
             shown.update(state)
             if state.finished:
                 break

@@ -20,19 +20,49 @@ everything.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 import ray._private.worker as ray_worker
+from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_put
 
 WORKER_DIED = "A worker died or was killed while executing a task"
 WORKER_PID = re.compile(r"Worker PID: (\d+)")
+WORKER_IP = re.compile(r"Worker IP address: (\S+)")
 KILLED_BY_DRIVER = "because it was killed by `ray.kill`"  # only the driver kills the job's actors
 MANY_WORKERS = "worker processes have been started on node"
 HANDLED: set[int] = set()  # the processes whose deaths the driver's runs handle
+RUNS: set[str] = set()  # the driver's runs, whose clients record their own processes
+
+
+def record_client_process(run_key: str) -> None:
+    """Called by a client process as it starts, a process Ray restarted a client in included:
+    its death is the run's to tell, whenever it comes (Ray's key-value store, as the lap
+    groups' rendezvous)."""
+    key = _process_key(ray.util.get_node_ip_address(), os.getpid())
+    _internal_kv_put(key, b"1", overwrite=True, namespace=_namespace(run_key))
+
+
+def quiet_deaths_in(run_key: str) -> None:
+    """Show no Ray notice of the death of any process a client of ``run_key`` recorded."""
+    RUNS.add(run_key)
+    quiet_ray_notices()
+
+
+def _namespace(run_key: str) -> str:
+    return f"ring-actors-{run_key}"
+
+
+def _process_key(ip: str, pid: int) -> str:
+    return f"client-process/{ip}/{pid}"
+
+
+def _recorded(ip: str, pid: int) -> bool:
+    key = _process_key(ip, pid)
+    return any(_internal_kv_get(key, namespace=_namespace(run)) for run in RUNS)
 
 
 def quiet_ray_notices() -> None:
@@ -50,8 +80,12 @@ def quiet_deaths_of(pids: Iterable[int]) -> None:
 
 def is_handled_death(line: str) -> bool:
     """Whether ``line`` is Ray's notice that a process the run handles died."""
-    pid = WORKER_PID.search(line)
-    return WORKER_DIED in line and pid is not None and int(pid.group(1)) in HANDLED
+    pid, ip = WORKER_PID.search(line), WORKER_IP.search(line)
+    if WORKER_DIED not in line or pid is None:
+        return False
+    if int(pid.group(1)) in HANDLED:
+        return True
+    return ip is not None and _recorded(ip.group(1), int(pid.group(1)))
 
 
 def is_handled_notice(line: str) -> bool:
@@ -73,30 +107,3 @@ class _WithoutHandledNotices:
         lines = [line for line in data["lines"] if not is_handled_notice(line)]
         if lines:
             self.printer({**data, "lines": lines}, *args, **kwargs)
-
-
-@dataclass
-class RestartedClients:
-    """The processes Ray restarts crashed clients in (``clients.max_restarts``): their deaths,
-    too, are the run's to tell. A restarting client answers where it runs only once its new
-    process is constructed, which on a loaded node takes seconds, so its answer is taken
-    whenever it comes rather than waited for."""
-
-    asked: list[ray.ObjectRef] = field(default_factory=list)
-
-    def ask(self, clients: Iterable[ray.actor.ActorHandle]) -> None:
-        """Ask every client where it runs now (after a membership change)."""
-        self.asked = [handle.describe.remote() for handle in clients]
-
-    def quiet_answered(self) -> None:
-        """Quiet the deaths of the processes whose clients have answered; never waits."""
-        if not self.asked:
-            return
-        ready, self.asked = ray.wait(self.asked, num_returns=len(self.asked), timeout=0)
-        pids = []
-        for ref in ready:
-            try:
-                pids.append(ray.get(ref).pid)
-            except ray.exceptions.RayError:  # died meanwhile: nothing new to quiet
-                continue
-        quiet_deaths_of(pids)

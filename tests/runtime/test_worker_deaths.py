@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +11,7 @@ import ray
 import ray._private.worker as ray_worker
 
 from ring_actors.runtime import worker_deaths
-from ring_actors.runtime.worker_deaths import RestartedClients, quiet_deaths_of
+from ring_actors.runtime.worker_deaths import quiet_deaths_in, quiet_deaths_of
 
 
 def notice(pid: int) -> str:
@@ -40,33 +38,30 @@ def test_only_the_notices_of_the_runs_clients_deaths_are_dropped(monkeypatch):
     assert printed == [{"lines": [notice(9999), other], "pid": "raylet"}]
 
 
-class SlowToStart:
-    """A client whose new process takes a while to construct, as a restarted one does on a
-    loaded node (its data, its model, its checkpoint)."""
+def restarted_client_process(run_key: str) -> tuple[str, int]:
+    """A process a client was restarted in: it records itself as it starts."""
+    from ring_actors.runtime.worker_deaths import record_client_process
 
-    def __init__(self, start_s: float) -> None:
-        time.sleep(start_s)
-
-    def describe(self) -> SimpleNamespace:
-        return SimpleNamespace(pid=os.getpid())
+    record_client_process(run_key)
+    return ray.util.get_node_ip_address(), os.getpid()
 
 
 @pytest.mark.usefixtures("ray_local")
-def test_a_client_that_answers_late_still_has_its_death_quieted(monkeypatch):
-    """The driver once waited half a second for a restarted client's answer and asked no
-    more until the next membership change: a client slower to start crashed again with Ray's
-    OOM notice on the terminal."""
-    monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, **_: None)
+def test_a_process_a_client_recorded_as_it_started_has_its_death_quieted(monkeypatch):
+    """The driver once learnt a restarted client's process by asking it: a client that died
+    again before it answered left Ray's OOM notice on the terminal. The process records itself
+    as it starts, and the notice of its death is dropped whenever it comes; a process of
+    another run, or none, is shown."""
+    printed: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, **_: printed.append(data))
     monkeypatch.setattr(worker_deaths, "HANDLED", set())
+    monkeypatch.setattr(worker_deaths, "RUNS", set())
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers lack tests/
-    client = ray.remote(num_cpus=0)(SlowToStart).remote(2.0)
-    restarted = RestartedClients()
-    restarted.ask([client])
-    started = time.monotonic()
-    restarted.quiet_answered()
-    assert time.monotonic() - started < 1.0 and not worker_deaths.HANDLED  # not waited for
-    ready, _ = ray.wait(restarted.asked, timeout=60)
-    restarted.quiet_answered()
-    quieted = set(worker_deaths.HANDLED)
-    assert ready and quieted == {ray.get(client.describe.remote()).pid}
-    assert restarted.asked == []
+    ip, pid = ray.get(ray.remote(num_cpus=0)(restarted_client_process).remote("run-a"))
+    elsewhere = ray.remote(num_cpus=0, runtime_env={"env_vars": {"OTHER_WORKER": "1"}})
+    _, other = ray.get(elsewhere(restarted_client_process).remote("run-b"))  # its own process
+    assert other != pid
+    quiet_deaths_in("run-a")
+    lines = [notice(pid).replace("192.0.2.2", ip), notice(other).replace("192.0.2.2", ip)]
+    ray_worker.print_to_stdstream({"lines": lines, "pid": "raylet"}, ignore_prefix=False)
+    assert [data["lines"] for data in printed] == [[lines[1]]]
