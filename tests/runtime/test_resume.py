@@ -24,10 +24,8 @@ import yaml
 from torch import nn
 
 from ring_actors.config import Config
-from ring_actors.coordinator.history import read_history
 from ring_actors.preflight.output_folder import RunFolderError
 from ring_actors.runtime.driver import launch, run_experiment, shutdown
-from ring_actors.storage.run_folder import RunFolder
 from tests.conftest import needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
@@ -36,14 +34,10 @@ CLIENTS = 3
 
 
 def rounds_written(run_dir: Path) -> set[tuple[int, int]]:
-    """The (client, round) reports on disk. The coordinator's history is appended as they come
-    (half a second behind at most); metrics.parquet is rewritten only now and then, often
-    after a cut's window has closed."""
-    rows = read_history(RunFolder(run_dir).coordinator_history).rows
     path = run_dir / "metrics.parquet"
-    if path.exists():
-        rows = rows + pq.read_table(path).to_pylist()
-    return {(r["client"], r["round"]) for r in rows}
+    if not path.exists():
+        return set()
+    return {(r["client"], r["round"]) for r in pq.read_table(path).to_pylist()}
 
 
 def saved_rounds(run_dir: Path) -> dict[int, int]:
