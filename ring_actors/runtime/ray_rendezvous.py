@@ -10,6 +10,8 @@ import time
 import ray
 from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
+from ring_actors.runtime.actor_names import run_namespace
+
 POLL_S = 0.02  # how often a member looks for an address not yet published
 
 
@@ -17,7 +19,7 @@ class RayRendezvous:
     """:class:`~ring_actors.delivery.rendezvous.Rendezvous` on Ray's key-value store."""
 
     def __init__(self, run_key: str) -> None:
-        self.namespace = f"ring-actors-{run_key}"
+        self.namespace = run_namespace(run_key)
         self.host = ray.util.get_node_ip_address()  # where this node's peers reach it
 
     def publish(self, key: str, value: str) -> None:

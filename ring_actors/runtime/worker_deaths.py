@@ -29,6 +29,8 @@ import ray
 import ray._private.worker as ray_worker
 from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_put
 
+from ring_actors.runtime.actor_names import run_namespace
+
 WORKER_DIED = "A worker died or was killed while executing a task"
 WORKER_PID = re.compile(r"Worker PID: (\d+)")
 WORKER_IP = re.compile(r"Worker IP address: (\S+)")
@@ -43,7 +45,7 @@ def record_client_process(run_key: str) -> None:
     its death is the run's to tell, whenever it comes (Ray's key-value store, as the lap
     groups' rendezvous)."""
     key = _process_key(ray.util.get_node_ip_address(), os.getpid())
-    _internal_kv_put(key, b"1", overwrite=True, namespace=_namespace(run_key))
+    _internal_kv_put(key, b"1", overwrite=True, namespace=run_namespace(run_key))
 
 
 def quiet_deaths_in(run_key: str) -> None:
@@ -52,17 +54,13 @@ def quiet_deaths_in(run_key: str) -> None:
     quiet_ray_notices()
 
 
-def _namespace(run_key: str) -> str:
-    return f"ring-actors-{run_key}"
-
-
 def _process_key(ip: str, pid: int) -> str:
     return f"client-process/{ip}/{pid}"
 
 
 def _recorded(ip: str, pid: int) -> bool:
     key = _process_key(ip, pid)
-    return any(_internal_kv_get(key, namespace=_namespace(run)) for run in RUNS)
+    return any(_internal_kv_get(key, namespace=run_namespace(run)) for run in RUNS)
 
 
 def quiet_ray_notices() -> None:
