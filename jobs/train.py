@@ -156,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(config: Config, args: argparse.Namespace) -> int:
     """Run, print the outcome; anything a user can change ends in one message."""
-    from jobs.run_story import tell
     from ring_actors.data.sources import DatasetError, DatasetUnavailable
     from ring_actors.preflight.admission import AdmissionError
     from ring_actors.runtime.client_starts import LaunchError
@@ -184,6 +183,24 @@ def _train(config: Config, args: argparse.Namespace) -> int:
     except (RunFolderError, DatasetError, DatasetUnavailable, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    return report(summary, config)
+
+
+def report(summary: dict[str, Any], config: Config) -> int:
+    """Print a finished run's outcome and return its exit status; Ctrl-C while it prints
+    (a run's first Ctrl-C is often followed by a second) ends it with one message, as the
+    outputs are already written."""
+    try:
+        return _print_outcome(summary, config)
+    except KeyboardInterrupt:
+        stopped = f"{summary['stopped']}; " if summary.get("stopped") else ""
+        print(f"run stopped: {stopped}outputs in {summary['output_dir']}", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _print_outcome(summary: dict[str, Any], config: Config) -> int:
+    from jobs.run_story import tell
+
     print(format_table(summary))
     print(tell(summary))
     events = summary["events"]

@@ -12,7 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+import jobs.train
 from jobs.train import main
+from ring_actors.config import load_config
 from tests.conftest import DATA_ROOT, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +32,20 @@ def test_unknown_key_lists_the_allowed_ones(capsys):
     assert main(["schedule.mood=sync"]) == 2
     err = capsys.readouterr().err
     assert "schedule.mood" in err and "mode" in err and "hop_timeout_s" in err
+
+
+@pytest.mark.parametrize("stopped", ["interrupted", None])
+def test_ctrl_c_while_the_outcome_prints_ends_with_one_message(
+    stopped, tmp_path, capsys, monkeypatch
+):
+    def interrupted(summary: dict, baseline: Path | None = None) -> str:
+        raise KeyboardInterrupt  # a second Ctrl-C lands as the table is drawn
+
+    monkeypatch.setattr(jobs.train, "format_table", interrupted)
+    summary = {"stopped": stopped, "output_dir": str(tmp_path)}
+    assert jobs.train.report(summary, load_config()) == jobs.train.INTERRUPTED
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"run stopped: {stopped + '; ' if stopped else ''}outputs in {tmp_path}"]
 
 
 @needs_data
