@@ -23,6 +23,7 @@ Each repeat runs two subprocesses in a fresh temporary folder (MLflow store and 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -38,6 +39,29 @@ from benchmarks.common import REPO, cpu_by_kind, markdown_table, process_cpu
 # ---- the traced child: the CLI with wall-clock marks around its phases ------------------------
 
 
+# What the traced child times: each (module, attribute path, label) is replaced by a wrapper
+# that notes when it starts and ends.
+TRACED = (
+    ("jobs.train", "load_config", "config"),
+    ("ring_actors.runtime.driver", "load_dataset", "dataset"),
+    ("ring_actors.runtime.driver", "split_for", "split"),
+    ("ring_actors.runtime.driver", "connect_ray", "ray_init"),
+    # the client actors, started in waves
+    ("ring_actors.runtime.experiment", "Experiment.create_clients", "actors"),
+    ("ring_actors.runtime.driver", "launch", "launch"),
+    ("ring_actors.runtime.driver", "wait_and_finalize", "follow"),
+)
+
+
+def traced_owner(module_name: str, path: str) -> tuple[Any, str]:
+    """The object that holds a traced attribute, and the attribute's name."""
+    owner = importlib.import_module(module_name)
+    *outer, name = path.split(".")
+    for part in outer:
+        owner = getattr(owner, part)
+    return owner, name
+
+
 def child(marks_path: Path, cli_args: list[str]) -> int:
     marks: dict[str, float] = {"child_main": time.time()}
 
@@ -50,8 +74,8 @@ def child(marks_path: Path, cli_args: list[str]) -> int:
 
     marks["imported_experiment"] = time.time()
 
-    def timed(module, name: str, label: str) -> None:
-        inner = getattr(module, name)
+    def timed(owner: Any, name: str, label: str) -> None:
+        inner = getattr(owner, name)
 
         def wrapper(*args, **kwargs):
             marks[f"{label}_begin"] = time.time()
@@ -60,7 +84,7 @@ def child(marks_path: Path, cli_args: list[str]) -> int:
             finally:
                 marks[f"{label}_end"] = time.time()
 
-        setattr(module, name, wrapper)
+        setattr(owner, name, wrapper)
 
     class RayProxy:
         """``ray`` as the driver sees it, noting when its first ``ray.put`` returns."""
@@ -73,16 +97,8 @@ def child(marks_path: Path, cli_args: list[str]) -> int:
             marks["ray_put_end"] = time.time()
             return out
 
-    timed(cli, "load_config", "config")
-    for name, label in (
-        ("load_dataset", "dataset"),
-        ("split_for", "split"),
-        ("connect_ray", "ray_init"),
-        ("start_clients", "actors"),  # the client actors, started in waves
-        ("launch", "launch"),
-        ("wait_and_finalize", "follow"),
-    ):
-        timed(experiment, name, label)
+    for module_name, path, label in TRACED:
+        timed(*traced_owner(module_name, path), label)
     experiment.ray = RayProxy()
     try:
         return cli.main(cli_args)

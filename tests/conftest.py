@@ -8,9 +8,11 @@ user's data cache holds them, and are skipped with that reason otherwise.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -90,8 +92,10 @@ def ray_local():
     the next module a fresh instance."""
     import ray
 
+    from ring_actors.runtime.worker_env import start_local_ray
+
     if not ray.is_initialized():
-        ray.init(**LOCAL_RAY)
+        start_local_ray(**LOCAL_RAY)
     yield ray
     if not _left_clean(ray):
         ray.shutdown()
@@ -104,6 +108,11 @@ def no_ray() -> None:
     import ray
 
     ray.shutdown()
+
+
+def _store_uri(path: Path) -> str:
+    """A store a test's earlier config already made keeps its runs; else an empty one."""
+    return f"sqlite:///{path}" if path.exists() else fresh_store(path)
 
 
 def small_config(tmp_path: Path, *overrides: str) -> Config:
@@ -121,7 +130,7 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
         "algorithm": {"name": "dfedavg", "lr": 0.002},
         "schedule": {"mode": "sync", "hop_timeout_s": 20},
         "eval": {"every": 1, "global_max_samples": 300, "local_max_samples": 200},
-        "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        "tracking": {"uri": _store_uri(tmp_path / "mlflow.db")},
         # Each round's state on disk: the tests that cut or restart a client at a round say
         # which; a case of another cadence overrides it.
         "checkpoint": {"every_rounds": 1},
@@ -129,19 +138,28 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
     return config_from_dict(apply_overrides(base, overrides))
 
 
-@pytest.fixture(scope="session")
-def empty_mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty SQLite tracking store, built once: MLflow's migrations take about a second."""
+_STORES = tempfile.TemporaryDirectory(prefix="ring-actors-mlflow-")
+
+
+@functools.cache
+def _empty_store() -> Path:
+    """An empty SQLite tracking store, built once per test process: MLflow's migrations
+    cost about 2 core-seconds, paid by every run that builds its store anew."""
     from ring_actors.coordinator.tracking import create_sqlite_store
 
-    path = tmp_path_factory.mktemp("mlflow-store") / "mlflow.db"
+    path = Path(_STORES.name) / "mlflow.db"
     create_sqlite_store(f"sqlite:///{path}")
     return path
 
 
-@pytest.fixture
-def mlflow_uri(tmp_path: Path, empty_mlflow_store: Path) -> str:
-    """A real SQLite tracking store of the test's own, in ``tmp_path/mlflow.db``."""
-    path = tmp_path / "mlflow.db"
-    shutil.copyfile(empty_mlflow_store, path)
+def fresh_store(path: Path) -> str:
+    """The URI of a real, empty SQLite tracking store of a test's own at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_empty_store(), path)
     return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path: Path) -> str:
+    """A real SQLite tracking store of the test's own, in ``tmp_path/mlflow.db``."""
+    return fresh_store(tmp_path / "mlflow.db")

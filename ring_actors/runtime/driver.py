@@ -50,7 +50,7 @@ from ring_actors.runtime.signals import (
     take_sigterm_back,
 )
 from ring_actors.runtime.worker_deaths import quiet_ray_notices
-from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env
+from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env, start_local_ray
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.redact import public_config, redact_uri
 from ring_actors.storage.run_folder import RunFolder
@@ -98,7 +98,8 @@ def connect_ray(
         logging.getLogger(TOKEN_NOTICE_LOGGER).setLevel(logging.ERROR)
     env = job_runtime_env(py_modules)
     on_sigterm = signal.getsignal(signal.SIGTERM)
-    ray.init(
+    join = ray.init if address else start_local_ray
+    join(
         address=address or "local",
         log_to_driver=False,
         configure_logging=False,

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from jobs.report import main as report
 from jobs.train import main as train
-from tests.conftest import DATA_ROOT, needs_data
+from tests.conftest import DATA_ROOT, fresh_store, needs_data
 from tests.helpers.run_folders import make_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def real_runs(ray_local, tmp_path_factory):
     """2 methods x 2 seeds (3 clients, 2 rounds) and one run stopped by a failing client,
     all logged to one MLflow experiment whose artefacts stay in the temporary folder."""
     root = tmp_path_factory.mktemp("report")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = fresh_store(root / "mlflow.db")
     for name in (EXPERIMENT, "reports"):
         MlflowClient(uri).create_experiment(name, artifact_location=str(root / "artifacts" / name))
     common = [

@@ -15,7 +15,7 @@ import pytest
 import jobs.train
 from jobs.train import main
 from ring_actors.config import load_config
-from tests.conftest import DATA_ROOT, needs_data
+from tests.conftest import DATA_ROOT, fresh_store, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
 RING8 = REPO / "jobs" / "configs" / "ring8-drdfl.yaml"
@@ -68,7 +68,7 @@ def test_train_runs_end_to_end_and_prints_the_table(tmp_path):
         "eval.global_max_samples=300",
         "eval.local_max_samples=200",
         "algorithm.name=dfedavg",
-        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -103,7 +103,7 @@ def test_ctrl_c_writes_what_exists_and_resume_finishes_the_run(tmp_path):
         "algorithm.name=dfedavg",
         "eval.every=1",
         "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 2.5}]",  # a run long past its first write
-        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
     ]
     command = [sys.executable, "-m", "jobs.train", "--no-progress", "--config", str(RING8)]
     command += ["--output-dir", str(out)]

@@ -12,6 +12,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
+from ring_actors.runtime.worker_env import ALLOCATOR_ENV, actor_runtime_env
 from tests.conftest import needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
@@ -31,6 +32,8 @@ def cluster():
 
 def test_clients_spread_over_nodes_and_a_lost_node_is_bypassed(cluster, tmp_path):
     cluster_handle, workers = cluster
+    # Nodes started elsewhere: the allocator settings go with every actor.
+    assert actor_runtime_env() == {"env_vars": ALLOCATOR_ENV}
     config = small_config(
         tmp_path,
         "experiment.rounds=5",

@@ -15,7 +15,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from tests.conftest import DATA_ROOT, needs_data
+from tests.conftest import DATA_ROOT, fresh_store, needs_data
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -77,7 +77,7 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
         "eval.global_max_samples=200",
         "eval.local_max_samples=200",
         "algorithm.name=dfedavg",
-        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
     ]
     entrypoint = " ".join(
         [sys.executable, "-m jobs.train --no-progress", "--config", config, "--output-dir"]

@@ -7,16 +7,28 @@ import uuid
 
 import pytest
 
-from ring_actors.runtime.worker_env import actor_runtime_env
+from ring_actors.runtime.worker_env import ALLOCATOR_ENV, actor_runtime_env
 
 STEPS = 24
+
+
+def _arenas() -> int:
+    """glibc's arenas in this process, as ``malloc_info`` lists them."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.open_memstream.restype = ctypes.c_void_p
+    text, size = ctypes.c_char_p(), ctypes.c_size_t()
+    stream = ctypes.c_void_p(libc.open_memstream(ctypes.byref(text), ctypes.byref(size)))
+    libc.malloc_info(0, stream)
+    libc.fclose(stream)
+    return text.value.decode().count("<heap nr=")
 
 
 def _train_and_count_faults(steps: int) -> dict[str, float]:
     """Train the CNN on a thread, as a client's round loop does: the minor page faults of the
     later steps, and the resident memory before and after the slot's memory is given back."""
-    import ctypes
-    import ctypes.util
     import resource
     import threading
 
@@ -28,16 +40,6 @@ def _train_and_count_faults(steps: int) -> dict[str, float]:
     def resident_mb() -> float:
         with open("/proc/self/statm") as handle:
             return int(handle.read().split()[1]) * 4096 / 2**20
-
-    def arenas() -> int:
-        """glibc's arenas in this process, as ``malloc_info`` lists them."""
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        libc.open_memstream.restype = ctypes.c_void_p
-        text, size = ctypes.c_char_p(), ctypes.c_size_t()
-        stream = ctypes.c_void_p(libc.open_memstream(ctypes.byref(text), ctypes.byref(size)))
-        libc.malloc_info(0, stream)
-        libc.fclose(stream)
-        return text.value.decode().count("<heap nr=")
 
     torch.set_num_threads(1)
     out: dict[str, float] = {}
@@ -62,7 +64,7 @@ def _train_and_count_faults(steps: int) -> dict[str, float]:
         out["faults_per_step"] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / (
             steps - steps // 2
         )
-        out["arenas"] = arenas()
+        out["arenas"] = _arenas()
         del model, optimizer, x, y
         out["computing_mb"] = resident_mb()
         release_freed_memory()
@@ -87,8 +89,7 @@ def test_training_steps_reuse_memory_and_a_released_slot_returns_it():
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers lack tests/
     # A process of its own, as every client has: a worker other tests computed in holds its
     # allocator in another state (the shared Ray keeps task workers between modules).
-    env = actor_runtime_env()
-    env["env_vars"]["RING_ACTORS_FRESH_WORKER"] = uuid.uuid4().hex
+    env = {"env_vars": {**ALLOCATOR_ENV, "RING_ACTORS_FRESH_WORKER": uuid.uuid4().hex}}
     probe = ray.remote(num_cpus=0, runtime_env=env)(_train_and_count_faults)
     measured = ray.get(probe.remote(STEPS))
     # A thread in glibc's second arena had its free heaps unmapped every step (3,000-7,800
@@ -96,3 +97,28 @@ def test_training_steps_reuse_memory_and_a_released_slot_returns_it():
     assert measured["arenas"] == 1, measured
     assert measured["faults_per_step"] < 300, measured  # 3,900-4,500 with glibc's thresholds
     assert measured["idle_mb"] < measured["computing_mb"], measured
+
+
+class _Settings:
+    """An actor started as a run starts its clients: its allocator settings and arenas."""
+
+    def read(self) -> dict[str, object]:
+        import os
+
+        env = {key: os.environ.get(key) for key in ALLOCATOR_ENV}
+        return {"env": env, "arenas": _arenas()}
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_ray_started_by_the_run_gives_its_actors_the_settings_without_a_runtime_env():
+    """The shared Ray is started as a run starts a local one: its actors inherit the
+    allocator settings from the process's start, and need no runtime_env of their own."""
+    import ray
+
+    assert actor_runtime_env() == {}
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    actor = ray.remote(num_cpus=0)(_Settings).remote()
+    try:
+        assert ray.get(actor.read.remote()) == {"env": ALLOCATOR_ENV, "arenas": 1}
+    finally:
+        ray.kill(actor)
