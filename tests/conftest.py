@@ -110,6 +110,15 @@ def no_ray() -> None:
     ray.shutdown()
 
 
+# For a test of what a run does with faults, joins and resumes rather than what it learns: a
+# third of the test ring's data, where most of a round's CPU goes.
+LIGHT = (
+    "data.max_train_per_client=100",
+    "eval.global_max_samples=100",
+    "eval.local_max_samples=100",
+)
+
+
 def _store_uri(path: Path) -> str:
     """A store a test's earlier config already made keeps its runs; else an empty one."""
     return f"sqlite:///{path}" if path.exists() else fresh_store(path)

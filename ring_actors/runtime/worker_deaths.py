@@ -59,6 +59,10 @@ def _process_key(ip: str, pid: int) -> str:
 
 
 def _recorded(ip: str, pid: int) -> bool:
+    """Whether a client of a run this driver started recorded the process; the records live
+    in Ray, so a notice printed while Ray is down (its last lines at shutdown) finds none."""
+    if not RUNS or not ray.is_initialized():
+        return False
     key = _process_key(ip, pid)
     return any(_internal_kv_get(key, namespace=run_namespace(run)) for run in RUNS)
 

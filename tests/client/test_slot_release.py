@@ -22,7 +22,7 @@ from ring_actors.client.slot_release import (
 from ring_actors.config import ConfigError, load_config
 from ring_actors.data.images import LabelledImages
 from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
-from tests.conftest import needs_data, small_config
+from tests.conftest import LIGHT, needs_data, small_config
 from tests.helpers.synthetic import separable
 
 CPU = torch.device("cpu")
@@ -181,6 +181,7 @@ def test_a_gpu_client_that_gives_its_slot_back_keeps_no_cache_and_no_optimiser_s
 def test_clients_on_logical_gpus_offload_between_slots_in_a_real_ring(ray_local, tmp_path):
     config = small_config(
         tmp_path,
+        *LIGHT,
         "clients.count=3",
         "experiment.rounds=2",
         "clients.num_gpus=0.25",

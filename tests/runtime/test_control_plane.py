@@ -12,7 +12,7 @@ import ray
 
 from ring_actors.config import load_config
 from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
-from tests.conftest import needs_data, small_config
+from tests.conftest import LIGHT, needs_data, small_config
 
 
 def _method_modules(modules: list[str]) -> list[str]:
@@ -23,7 +23,7 @@ def _method_modules(modules: list[str]) -> list[str]:
 @pytest.mark.slow
 def test_coordinator_and_slot_pool_never_import_torch_or_a_method(ray_local, tmp_path):
     config = small_config(
-        tmp_path, "clients.count=3", "experiment.rounds=2", "algorithm.name=drdfl"
+        tmp_path, *LIGHT, "clients.count=3", "experiment.rounds=2", "algorithm.name=drdfl"
     )
     experiment = launch(config, tmp_path / "out")
     try:

@@ -51,11 +51,13 @@ def test_crashed_client_restarted_by_ray_resumes_from_its_checkpoint(ray_local, 
     summary = run_experiment(config, out, progress=False)
     assert summary["rounds_completed"] == 8
     assert sorted(summary["ring_order"]) == [0, 1, 2]  # back in the ring
-    assert summary["events"]["crashes"] == 1
-    assert summary["events"]["rejoins"] == 1
-    assert summary["events"]["lost_payloads"] == 0
+    counts = summary["events"]
+    assert counts["crashes"] == 1 and counts["lost_payloads"] == 0
+    # A loaded machine may stall a slowed member past the hop timeout: bypassed as hung, it
+    # comes back with its next report, one rejoin more for each.
+    assert counts["rejoins"] == 1 + counts["hangs"]
     events = pq.read_table(out / "events.parquet").to_pylist()
-    (rejoin,) = [e for e in events if e["kind"] == "rejoin"]
+    (rejoin,) = [e for e in events if e["kind"] == "rejoin" and "from round" in e["detail"]]
     assert rejoin["client"] == 1 and "from round 1" in rejoin["detail"]
     rounds = {
         r["round"] for r in pq.read_table(out / "metrics.parquet").to_pylist() if r["client"] == 1

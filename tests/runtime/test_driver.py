@@ -30,7 +30,7 @@ from ring_actors.runtime.driver import (
     shutdown,
     wait_and_finalize,
 )
-from tests.conftest import needs_data, small_config
+from tests.conftest import LIGHT, needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -138,6 +138,7 @@ def test_default_output_dirs_never_collide(tmp_path, monkeypatch):
 def test_async_ring_finishes_with_a_straggler(ray_local, tmp_path):
     config = small_config(
         tmp_path,
+        *LIGHT,
         "schedule.mode=async",
         "schedule.max_staleness=1",
         "experiment.rounds=4",
@@ -214,7 +215,11 @@ class TestPlacedClients:
 
 def test_crashed_client_is_bypassed_and_nothing_is_lost(ray_local, tmp_path):
     config = small_config(
-        tmp_path, "experiment.rounds=5", "schedule.hop_timeout_s=10", "schedule.heartbeat_s=0.5"
+        tmp_path,
+        *LIGHT,
+        "experiment.rounds=5",
+        "schedule.hop_timeout_s=10",
+        "schedule.heartbeat_s=0.5",
     )
     experiment = launch(config, tmp_path / "out")
     try:
@@ -323,6 +328,7 @@ def test_drdfl_ring_learns_and_sends_only_its_shared_part(ray_local, tmp_path, m
 def test_fault_plan_crash_and_hang_are_bypassed_and_the_hung_client_rejoins(ray_local, tmp_path):
     config = small_config(
         tmp_path,
+        *LIGHT,
         "experiment.rounds=9",
         "schedule.hop_timeout_s=4",
         "schedule.heartbeat_s=0.5",
@@ -343,7 +349,7 @@ def test_fault_plan_crash_and_hang_are_bypassed_and_the_hung_client_rejoins(ray_
 
 def test_a_method_that_shares_nothing_never_waits_for_peers(ray_local, tmp_path):
     config = small_config(
-        tmp_path, "algorithm.name=local", "clients.count=3", "schedule.hop_timeout_s=60"
+        tmp_path, *LIGHT, "algorithm.name=local", "clients.count=3", "schedule.hop_timeout_s=60"
     )
     summary = run_experiment(config, tmp_path / "out", progress=False)
     assert summary["rounds_completed"] == 3
@@ -357,6 +363,7 @@ def test_a_method_that_shares_nothing_never_waits_for_peers(ray_local, tmp_path)
 def test_a_method_that_raises_is_dropped_and_the_ring_heals(ray_local, tmp_path, mode, capsys):
     config = small_config(
         tmp_path,
+        *LIGHT,
         "clients.count=3",
         "experiment.rounds=4",
         f"schedule.mode={mode}",
@@ -375,6 +382,7 @@ def test_a_method_that_raises_is_dropped_and_the_ring_heals(ray_local, tmp_path,
 def test_a_method_that_raises_stops_the_run_when_asked(ray_local, tmp_path):
     config = small_config(
         tmp_path,
+        *LIGHT,
         "clients.count=3",
         "experiment.rounds=20",
         "schedule.on_client_error=stop",

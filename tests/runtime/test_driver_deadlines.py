@@ -12,7 +12,7 @@ import yaml
 from jobs.train import main as train_main
 from ring_actors.runtime.driver import launch, shutdown
 from ring_actors.runtime.follow import CoordinatorLost, wait_and_finalize
-from tests.conftest import needs_data, small_config
+from tests.conftest import LIGHT, needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -20,6 +20,7 @@ pytestmark = [needs_data, pytest.mark.slow]
 def test_a_run_whose_clients_all_crash_ends_with_the_reason_and_exit_1(ray_local, tmp_path, capsys):
     config = small_config(
         tmp_path,
+        *LIGHT,
         "clients.count=3",
         "experiment.rounds=6",
         "schedule.hop_timeout_s=4",
@@ -39,7 +40,7 @@ def test_a_run_whose_clients_all_crash_ends_with_the_reason_and_exit_1(ray_local
 
 def test_a_coordinator_that_never_comes_back_ends_the_run_within_its_bound(ray_local, tmp_path):
     config = small_config(
-        tmp_path, "clients.count=3", "experiment.rounds=50", "schedule.hop_timeout_s=1"
+        tmp_path, *LIGHT, "clients.count=3", "experiment.rounds=50", "schedule.hop_timeout_s=1"
     )
     experiment = launch(config, tmp_path / "out")
     try:

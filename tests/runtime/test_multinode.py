@@ -13,7 +13,7 @@ from ray.cluster_utils import Cluster
 
 from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 from ring_actors.runtime.worker_env import ALLOCATOR_ENV, actor_runtime_env
-from tests.conftest import needs_data, small_config
+from tests.conftest import LIGHT, needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -36,6 +36,7 @@ def test_clients_spread_over_nodes_and_a_lost_node_is_bypassed(cluster, tmp_path
     assert actor_runtime_env() == {"env_vars": ALLOCATOR_ENV}
     config = small_config(
         tmp_path,
+        *LIGHT,
         "experiment.rounds=5",
         "clients.num_cpus=0.5",
         "clients.placement=spread",
@@ -73,6 +74,7 @@ def test_laps_are_summed_by_the_engine_across_nodes(cluster, tmp_path):
     summed (a lap by the engine is 2(N-1) steps of one buffer; a token lap, two sends)."""
     config = small_config(
         tmp_path,
+        *LIGHT,
         "algorithm.name=fedavg",
         "experiment.rounds=3",
         "clients.num_cpus=0.5",

@@ -26,7 +26,7 @@ from torch import nn
 from ring_actors.config import Config
 from ring_actors.preflight.output_folder import RunFolderError
 from ring_actors.runtime.driver import launch, run_experiment, shutdown
-from tests.conftest import needs_data, small_config
+from tests.conftest import LIGHT, needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -124,7 +124,8 @@ def setting(case: Case, paced: bool = True) -> tuple[str, ...]:
     A sync ring's results do not depend on its clients' delays: its uninterrupted run goes
     without them."""
     pacing = case.pacing if paced else ()
-    return (f"clients.count={CLIENTS}", "schedule.hop_timeout_s=20", *case.overrides, *pacing)
+    common = (f"clients.count={CLIENTS}", "schedule.hop_timeout_s=20", *LIGHT)
+    return (*common, *case.overrides, *pacing)
 
 
 def cut_again(config: Config, run_dir: Path, seed: str) -> None:
@@ -241,6 +242,7 @@ def test_a_run_resumes_after_its_join_and_ends_as_if_never_interrupted(ray_local
     config = small_config(
         tmp_path,
         f"clients.count={CLIENTS}",
+        *LIGHT,
         "data.dataset=fashion-mnist-sample",
         "algorithm.name=fedavg",
         "experiment.rounds=5",

@@ -29,6 +29,7 @@ def test_only_the_notices_of_the_runs_clients_deaths_are_dropped(monkeypatch):
     monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, **_: printed.append(data))
     # The driver's runs earlier in this process handled real clients, 9999 perhaps among them.
     monkeypatch.setattr(worker_deaths, "HANDLED", set())
+    monkeypatch.setattr(worker_deaths, "RUNS", set())
     quiet_deaths_of([4101, 4102])
     quiet_deaths_of([4103])  # a second run in the same driver: wrapped once
     show = ray_worker.print_to_stdstream
@@ -36,6 +37,18 @@ def test_only_the_notices_of_the_runs_clients_deaths_are_dropped(monkeypatch):
     show({"lines": [notice(4101), notice(9999), other], "pid": "raylet"}, ignore_prefix=False)
     show({"lines": [notice(4103)], "pid": "raylet"}, ignore_prefix=False)
     assert printed == [{"lines": [notice(9999), other], "pid": "raylet"}]
+
+
+@pytest.mark.usefixtures("no_ray")
+def test_a_notice_printed_while_ray_is_down_is_shown(monkeypatch):
+    """Ray's last lines can come as it shuts down, after an earlier run in this driver
+    registered its records in Ray: a record cannot be read then, and the notice is shown."""
+    printed: list[dict[str, Any]] = []
+    monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, **_: printed.append(data))
+    monkeypatch.setattr(worker_deaths, "RUNS", {"an-earlier-run"})
+    quiet_deaths_in("an-earlier-run")
+    ray_worker.print_to_stdstream({"lines": [notice(4242)], "pid": "raylet"}, ignore_prefix=False)
+    assert printed == [{"lines": [notice(4242)], "pid": "raylet"}]
 
 
 def restarted_client_process(run_key: str) -> tuple[str, int]:
