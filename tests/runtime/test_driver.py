@@ -328,7 +328,6 @@ def test_drdfl_ring_learns_and_sends_only_its_shared_part(ray_local, tmp_path, m
 def test_fault_plan_crash_and_hang_are_bypassed_and_the_hung_client_rejoins(ray_local, tmp_path):
     config = small_config(
         tmp_path,
-        *LIGHT,
         "experiment.rounds=9",
         "schedule.hop_timeout_s=4",
         "schedule.heartbeat_s=0.5",

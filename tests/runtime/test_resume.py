@@ -81,6 +81,8 @@ class Case:
 # Each hop half a second: a lap is seconds long. Not pacing alone: simulated links take the
 # laps off the collective engine, whose sums round differently.
 LINKS = "heterogeneity.links.latency_s=0.5"
+# Client 0 dawdles from round 3: its report of round 2 is out seconds before it saves round 3.
+LATE_SAVE = "faults=[{at_round: 3, slow: [0], delay_s: 2}]"
 CASES = {
     "drdfl": Case(
         ("experiment.rounds=6", "checkpoint.every_rounds=2"),  # saved at rounds 1, 3 and 5
@@ -96,12 +98,14 @@ CASES = {
         ("algorithm.name=fedavg", "experiment.rounds=5", "checkpoint.every_rounds=2", LINKS),
         between_checkpoints,
         exact=True,
+        pacing=(LATE_SAVE,),
         cuts=2,
     ),
     "dfedavg": Case(
         ("experiment.rounds=5", "checkpoint.every_rounds=2", LINKS),
         between_checkpoints,
         exact=True,
+        pacing=(LATE_SAVE,),
         cuts=2,
     ),
     "gene_fl": Case(
