@@ -19,7 +19,9 @@ from tests.helpers.client_links import Reports
 from tests.helpers.synthetic import separable
 
 SHAPE = (1, 4, 4)  # a small network: every replay builds fresh cores
-HOP_S = 0.3
+# Members give up a lap after 6 hops: 3.6 s, which a thread starved by a loaded suite outlasted
+# at 0.3 s a hop ("member 0 gave up"). The waits cost wall time, not CPU.
+HOP_S = 0.6
 DATA = separable(16, 4, SHAPE)
 
 
