@@ -19,7 +19,8 @@ def test_nobody_waits_for_a_marked_straggler_yet_its_state_still_arrives(tmp_pat
     )
     run.run(timeout_s=60)
     marked = events(run, "straggler")
-    assert [e["client"] for e in marked] == [0]
+    # Only the slowed client; a loaded machine may clear and mark it again.
+    assert {e["client"] for e in marked} == {0}
     rounds = [run.clients[c].core.completed + 1 for c in range(4)]
     # Paced, client 1 would be at most one round ahead of client 0 (the sync test of
     # max_wait_s shows it); off the critical path, the fast clients run on.
