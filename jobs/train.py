@@ -158,6 +158,7 @@ def _train(config: Config, args: argparse.Namespace) -> int:
     """Run, print the outcome; anything a user can change ends in one message."""
     from ring_actors.data.sources import DatasetError, DatasetUnavailable
     from ring_actors.preflight.admission import AdmissionError
+    from ring_actors.preflight.ray_address import RayUnreachable
     from ring_actors.runtime.client_starts import LaunchError
     from ring_actors.runtime.driver import run_experiment  # Ray: a valid config
     from ring_actors.runtime.follow import CoordinatorLost
@@ -174,7 +175,7 @@ def _train(config: Config, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # before the run started: a new run's folder is removed
         print("run stopped: interrupted while starting", file=sys.stderr)
         return INTERRUPTED
-    except (AdmissionError, LaunchError) as err:
+    except (AdmissionError, LaunchError, RayUnreachable) as err:
         print(f"launch error: {err}", file=sys.stderr)
         return 3
     except CoordinatorLost as err:

@@ -33,6 +33,7 @@ from ring_actors.preflight.output_folder import (
     portable,
     remove_unstarted,
 )
+from ring_actors.preflight.ray_address import check_reachable
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.actor_stop import stop_actors
 from ring_actors.runtime.client_starts import (
@@ -90,7 +91,10 @@ def connect_ray(
         if py_modules:
             log.warning("Ray was started elsewhere: pass ray.py_modules to its runtime_env")
         return False
-    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        check_reachable(address, "ray.address")
+    elif address := os.environ.get("RAY_ADDRESS"):
+        check_reachable(address, "RAY_ADDRESS")
     # Ray's own default joins the newest cluster `ray start` left on this machine, even
     # another user's: a run asked to go local gets a Ray of its own.
     local = {} if address else {"include_dashboard": dashboard}
