@@ -133,11 +133,25 @@ def test_sigterm_stops_the_run_as_ctrl_c_does(tmp_path):
     assert f"outputs: {folder.path}" in out  # and the outcome printed
 
 
+def a_run_placing_its_clients(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
+    """A started run that printed it is placing its actors; started once more if its Ray
+    timed out coming up (as :func:`a_run_with_a_written_round`)."""
+    for attempt in range(2):
+        folder = tmp_path / f"attempt-{attempt}"
+        folder.mkdir()
+        driver, run = start_train(folder)
+        printed = []
+        for line in driver.stderr:
+            if line.startswith("placing the coordinator"):
+                return driver, run
+            printed.append(line)
+        driver.wait()
+        assert RAY_NODE_TIMED_OUT in "".join(printed), "".join(printed)[-3000:]
+    pytest.fail("the driver's Ray timed out coming up twice")
+
+
 def test_ctrl_c_while_the_clients_are_placed_ends_cleanly_leaving_no_folder(tmp_path):
-    driver, folder = start_train(tmp_path)
-    for line in driver.stderr:
-        if line.startswith("placing the coordinator"):
-            break
+    driver, folder = a_run_placing_its_clients(tmp_path)
     os.killpg(driver.pid, signal.SIGINT)
     out = finish(driver)
     assert driver.returncode == INTERRUPTED, out[-3000:]
