@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -78,14 +79,16 @@ def wait_for_a_written_round(driver: subprocess.Popen, folder: RunFolder) -> boo
         time.sleep(0.2)
 
 
-def a_run_with_a_written_round(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
-    """A started run past its first written round; started once more if its Ray timed out
-    coming up, which is Ray's limit on a loaded machine and not what these tests test."""
+def a_started_run(
+    tmp_path: Path, reached: Callable[[subprocess.Popen, RunFolder], bool]
+) -> tuple[subprocess.Popen, RunFolder]:
+    """A started run once ``reached`` says so; started once more if its Ray timed out coming
+    up, which is Ray's limit on a loaded machine and not what these tests test."""
     for attempt in range(2):
         folder = tmp_path / f"attempt-{attempt}"
         folder.mkdir()
         driver, run = start_train(folder)
-        if wait_for_a_written_round(driver, run):
+        if reached(driver, run):
             return driver, run
     pytest.fail("the driver's Ray timed out coming up twice")
 
@@ -115,7 +118,7 @@ def assert_stopped_cleanly(driver: subprocess.Popen, out: str, folder: RunFolder
 
 
 def test_ctrl_c_twice_ends_at_once_with_what_was_written(tmp_path):
-    driver, folder = a_run_with_a_written_round(tmp_path)
+    driver, folder = a_started_run(tmp_path, wait_for_a_written_round)
     os.killpg(driver.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground group
     time.sleep(2)
     os.killpg(driver.pid, signal.SIGINT)
@@ -124,7 +127,7 @@ def test_ctrl_c_twice_ends_at_once_with_what_was_written(tmp_path):
 
 
 def test_sigterm_stops_the_run_as_ctrl_c_does(tmp_path):
-    driver, folder = a_run_with_a_written_round(tmp_path)
+    driver, folder = a_started_run(tmp_path, wait_for_a_written_round)
     driver.send_signal(signal.SIGTERM)  # `kill PID`, a batch scheduler, a container's stop
     out = finish(driver)
     summary = assert_stopped_cleanly(driver, out, folder)
@@ -133,25 +136,20 @@ def test_sigterm_stops_the_run_as_ctrl_c_does(tmp_path):
     assert f"outputs: {folder.path}" in out  # and the outcome printed
 
 
-def a_run_placing_its_clients(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
-    """A started run that printed it is placing its actors; started once more if its Ray
-    timed out coming up (as :func:`a_run_with_a_written_round`)."""
-    for attempt in range(2):
-        folder = tmp_path / f"attempt-{attempt}"
-        folder.mkdir()
-        driver, run = start_train(folder)
-        printed = []
-        for line in driver.stderr:
-            if line.startswith("placing the coordinator"):
-                return driver, run
-            printed.append(line)
-        driver.wait()
-        assert RAY_NODE_TIMED_OUT in "".join(printed), "".join(printed)[-3000:]
-    pytest.fail("the driver's Ray timed out coming up twice")
+def placing_its_clients(driver: subprocess.Popen, folder: RunFolder) -> bool:
+    """Until the driver prints that it places its actors; False when its Ray timed out."""
+    printed = []
+    for line in driver.stderr:
+        if line.startswith("placing the coordinator"):
+            return True
+        printed.append(line)
+    driver.wait()
+    assert RAY_NODE_TIMED_OUT in "".join(printed), "".join(printed)[-3000:]
+    return False
 
 
 def test_ctrl_c_while_the_clients_are_placed_ends_cleanly_leaving_no_folder(tmp_path):
-    driver, folder = a_run_placing_its_clients(tmp_path)
+    driver, folder = a_started_run(tmp_path, placing_its_clients)
     os.killpg(driver.pid, signal.SIGINT)
     out = finish(driver)
     assert driver.returncode == INTERRUPTED, out[-3000:]
