@@ -177,6 +177,18 @@ def tree_cpu_s_by_kind(root: int | None = None) -> dict[str, float]:
     return split
 
 
+def settled_tree_cpu_s_by_kind(timeout_s: float = 30.0) -> dict[str, float]:
+    """:func:`tree_cpu_s_by_kind` of this process once the processes below it have gone (a
+    run's Ray can still be exiting after ``ray.shutdown``). Read earlier, a process that exits
+    during the next run would count as Ray's before and as its reaper's after."""
+    deadline = time.monotonic() + timeout_s
+    while descendants(os.getpid(), process_table()) != {os.getpid()}:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"processes below this one outlived {timeout_s:.0f} s")
+        time.sleep(0.05)
+    return tree_cpu_s_by_kind()
+
+
 def _read_rollup(pid: int) -> tuple[int, int] | None:
     """(PSS, USS) of one process in kB, or None once it is gone."""
     memory = memory_kb(pid)

@@ -18,6 +18,7 @@ from benchmarks.common import (
     descendants,
     process_facts,
     process_table,
+    settled_tree_cpu_s_by_kind,
     tree_cpu_s_by_kind,
 )
 from ring_actors.config import config_from_dict
@@ -79,7 +80,7 @@ def overhead_run(
             "tracking": {"uri": f"sqlite:///{out / 'mlflow.db'}"},
         }
     )
-    before = tree_cpu_s_by_kind()
+    before = settled_tree_cpu_s_by_kind()  # the last run's Ray gone
     watch = ActorCpuWatch()
     watch.start()
     started = time.monotonic()

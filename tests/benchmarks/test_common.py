@@ -6,9 +6,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
-from benchmarks.common import command_line, descendants, process_facts, process_table
+from benchmarks.common import (
+    command_line,
+    descendants,
+    process_facts,
+    process_table,
+    settled_tree_cpu_s_by_kind,
+    tree_cpu_s_by_kind,
+)
 
 
 def test_a_process_reads_its_own_cpu_time():
@@ -44,3 +52,21 @@ def test_descendants_hold_a_child_and_not_the_parent():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_reading_before_a_run_waits_for_the_last_runs_processes_to_go():
+    """A process still exiting when a run starts is read as Ray's, then its time moves to
+    whoever waits for it: a reading taken first would make Ray's share of the run negative."""
+    burn = (
+        "import time\nend = time.process_time() + 0.5\n"
+        "while time.process_time() < end: pass\ntime.sleep(1)"
+    )
+    leftover = subprocess.Popen([sys.executable, "-c", burn])
+    time.sleep(0.8)  # it has burnt its CPU and sleeps, still below this process
+    reaper = threading.Thread(target=leftover.wait)  # this process waits for it, as Ray's do
+    reaper.start()
+    before = settled_tree_cpu_s_by_kind()
+    reaper.join()  # the run: by its end, the leftover has gone
+    after = tree_cpu_s_by_kind()
+    assert after.get("ray", 0.0) - before.get("ray", 0.0) >= 0
+    assert after["driver"] - before["driver"] < 0.3  # the leftover's time was counted before
