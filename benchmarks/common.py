@@ -178,9 +178,8 @@ def tree_cpu_s_by_kind(root: int | None = None) -> dict[str, float]:
 
 
 def settled_tree_cpu_s_by_kind(timeout_s: float = 30.0) -> dict[str, float]:
-    """:func:`tree_cpu_s_by_kind` of this process once the processes below it have gone (a
-    run's Ray can still be exiting after ``ray.shutdown``). Read earlier, a process that exits
-    during the next run would count as Ray's before and as its reaper's after."""
+    """:func:`tree_cpu_s_by_kind` once the last run's processes have gone: one still exiting
+    would count as Ray's before the next run and as its reaper's after."""
     deadline = time.monotonic() + timeout_s
     while descendants(os.getpid(), process_table()) != {os.getpid()}:
         if time.monotonic() > deadline:

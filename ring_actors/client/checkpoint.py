@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -172,6 +173,7 @@ class Checkpointing:
         pushes = [*older.values(), *([last] if last else [])]
         lap_files = self.lap_files
         assert lap_files is not None
+        spare = path.with_name(f".{path.name}.spare.tmp")  # the version before, written over
         totals = self.laps.kept()  # a kept total never changes: the writer reads it later
         laps = sorted(totals)
         state = {
@@ -188,7 +190,7 @@ class Checkpointing:
 
         def write() -> None:
             lap_files.keep(totals)  # only totals not on disk yet are written
-            write_atomic(path, lambda file: save_state(state, file))
+            write_atomic(path, partial(save_state, state), spare=spare, replaced_to=spare)
             lap_files.retain(laps)  # the totals no checkpoint lists any more
             self.kept.discard(merged)  # what this checkpoint merged is no longer needed
 

@@ -4,13 +4,14 @@ A client keeps the totals of its last few laps for peers a round behind (``ring_
 A checkpoint that held them would write each one again every round: five model-sized totals
 for FedAvg's one lap a round, more than the model, its optimiser and its push together. A
 total never changes once kept, so each is written to a file of its own at the first
-checkpoint after it and deleted once no checkpoint lists it: a round writes only its own
-laps' totals.
+checkpoint after it and retired once no checkpoint lists it (``SpareFiles``: its file is a
+later total's draft): a round writes only its own laps' totals.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,7 +20,8 @@ import torch
 from ring_actors.client.lap_host import LapResult
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
-from ring_actors.storage.state_files import remove_all_but, save_state
+from ring_actors.storage.spare_files import SpareFiles
+from ring_actors.storage.state_files import save_state
 
 LapKey = tuple[str, int]  # a lap's name and round
 
@@ -30,17 +32,23 @@ class LapTotalFiles:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.written: dict[LapKey, LapResult] = {}  # what is on disk, by the object written
+        self.spares = SpareFiles(directory, most=8)
 
     def keep(self, results: dict[LapKey, LapResult]) -> None:
         """Write each result not on disk yet."""
         for key, result in results.items():
             if self.written.get(key) is not result:
-                write_atomic(self._path(key), lambda file, r=result: save_state(r, file))
+                write = partial(save_state, result)
+                write_atomic(self._path(key), write, spare=self.spares.take())
                 self.written[key] = result
 
     def retain(self, keys: Collection[LapKey]) -> None:
-        """Delete the totals the checkpoint just written no longer lists."""
-        remove_all_but(self.directory, {self._path(key).name for key in keys})
+        """Retire the totals the checkpoint just written no longer lists."""
+        names = {self._path(key).name for key in keys}
+        if self.directory.exists():
+            for path in self.directory.glob("*.pt"):
+                if path.name not in names:
+                    self.spares.retire(path)
         self.written = {key: r for key, r in self.written.items() if key in keys}
 
     def load(self, keys: Collection[LapKey], device: torch.device) -> dict[LapKey, LapResult]:

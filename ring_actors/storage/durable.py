@@ -8,6 +8,7 @@ itself is on disk.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -16,31 +17,63 @@ from typing import BinaryIO
 
 
 def write_atomic(
-    path: Path, content: bytes | str | Callable[[BinaryIO], None], durable: bool = True
+    path: Path,
+    content: bytes | str | Callable[[BinaryIO], None],
+    durable: bool = True,
+    spare: Path | None = None,
+    replaced_to: Path | None = None,
 ) -> None:
     """Replace ``path`` with ``content`` (bytes, text as UTF-8, or a function that writes to
     the open binary file) atomically and, unless ``durable`` is False, durably. Without it the
     file is whole for every reader once this returns, a killed writer's included, and on
     disk only once :func:`fsync_file` and :func:`fsync_dir` have run: a machine that stops
-    first may lose it (its name may then hold a torn file)."""
+    first may lose it (its name may then hold a torn file).
+
+    ``spare`` (durable writes only: see ``spare_files.py``): a file of the writer's whose
+    content is no longer needed, written over rather than a new file, whose pages cost this
+    project's 2-core machine five times the CPU (25 against 5 ms for 8 MiB). ``replaced_to``:
+    a draft's name (a start removes drafts) the version this write replaces keeps, a later
+    write's spare."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Unique per writer: two threads or processes writing one path never share a draft.
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    mode = "wb"
+    if spare is not None and durable and _moved(spare, tmp):
+        mode = "r+b"  # no truncation on open: its pages are overwritten, its tail cut after
     try:
-        with open(tmp, "wb") as file:
+        with open(tmp, mode) as file:
             if callable(content):
                 content(file)
             else:
                 file.write(content.encode() if isinstance(content, str) else content)
+            file.truncate()
             file.flush()
             if durable:
                 os.fsync(file.fileno())
+        if replaced_to is not None:
+            _link(path, replaced_to)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        if replaced_to is not None:
+            replaced_to.unlink(missing_ok=True)  # never left a second name of the live file
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def _moved(source: Path, target: Path) -> bool:
+    try:
+        os.replace(source, target)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _link(path: Path, name: Path) -> None:
+    """A second name for ``path``, if it exists and the file system allows it."""
+    with contextlib.suppress(OSError):  # no file yet, or no hard links: a new file next time
+        os.link(path, name)
 
 
 def remove_drafts(directory: Path, of: str = "") -> None:

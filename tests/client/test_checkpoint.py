@@ -187,6 +187,32 @@ def test_a_laps_total_is_written_once_and_a_restore_gets_every_total_still_kept(
     assert restored.lap_result("avg", 4).contributors == (0, 1)
 
 
+def test_a_checkpoint_and_a_new_total_are_written_over_files_no_longer_needed(tmp_path):
+    """The checkpoint before the last is the next one's draft, and a total no checkpoint
+    lists any more a later total's: model-sized files every few rounds, pages reused."""
+    client, _ = _checkpointing_client(tmp_path, "fedavg")
+    laps, path = tmp_path / "c.laps", tmp_path / "c.pt"
+    totals = {r: {"x": torch.full((2**16 + r,), float(r))} for r in range(3)}
+    client.laps.results[("avg", 0)] = LapResult(totals[0], (0, 1, 2))
+    client.save_checkpoint(0)
+    first, retiring = path.stat().st_ino, (laps / "avg-0.pt").stat().st_ino
+    client.laps.results[("avg", 1)] = LapResult(totals[1], (0, 1, 2))
+    client.laps.forget_before(1)
+    client.save_checkpoint(1)
+    assert [p.name for p in laps.glob("*.pt")] == ["avg-1.pt"]
+    client.laps.results[("avg", 2)] = LapResult(totals[2], (0, 1))
+    client.laps.forget_before(2)
+    client.save_checkpoint(2)
+    assert (laps / "avg-2.pt").stat().st_ino == retiring  # round 0's file, round 2's total
+    assert path.stat().st_ino == first  # the checkpoint of round 0's file
+    assert (tmp_path / ".c.pt.spare.tmp").exists()  # round 1's, the next one's draft
+
+    restored, _ = _checkpointing_client(tmp_path, "fedavg")  # a start: no draft stays
+    assert restored.load_checkpoint() == 2
+    assert torch.equal(restored.lap_result("avg", 2).total["x"], totals[2]["x"])
+    assert list(laps.glob(".*")) == [] and not (tmp_path / ".c.pt.spare.tmp").exists()
+
+
 def test_a_kill_between_the_laps_files_and_the_checkpoint_listing_them_costs_nothing(tmp_path):
     """The writer puts a round's totals on disk, then the checkpoint that lists them; killed
     in between, the client resumes from the older checkpoint, and the total it finds for the

@@ -102,7 +102,8 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
         assert time.monotonic() < deadline, client.get_job_logs(job)[-3000:]
         time.sleep(2)
     logs = client.get_job_logs(job)
-    assert status == JobStatus.SUCCEEDED, logs[-3000:]
+    # Why Ray ended it (the entrypoint's exit code, or its supervisor's death) beside the log.
+    assert status == JobStatus.SUCCEEDED, f"{client.get_job_info(job).message}\n{logs[-3000:]}"
     assert "cluster: 3 node(s)" in logs
     nodes = [line for line in logs.splitlines() if line.startswith("node ")]
     assert len(nodes) >= 2, logs[-3000:]  # the clients were spread over the worker nodes

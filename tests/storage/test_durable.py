@@ -31,6 +31,49 @@ while True:
 """
 
 
+def test_a_spare_is_written_over_and_holds_only_the_new_content(tmp_path):
+    spare, path = tmp_path / ".spare.tmp", tmp_path / "new"
+    spare.write_bytes(b"x" * 10_000)
+    inode = spare.stat().st_ino
+    write_atomic(path, b"short", spare=spare)
+    assert path.read_bytes() == b"short" and path.stat().st_ino == inode
+    assert not spare.exists()
+    write_atomic(path, b"fresh", spare=spare)  # no spare left: a new file
+    assert path.read_bytes() == b"fresh" and sorted(os.listdir(tmp_path)) == ["new"]
+
+
+def test_a_write_synced_later_never_goes_over_a_spare(tmp_path):
+    """Renamed before its sync, a file written over could hold its old content after a
+    power cut, whole enough to load: only a new file can be torn, and a torn one is refused."""
+    spare, path = tmp_path / ".spare.tmp", tmp_path / "push"
+    spare.write_bytes(b"an older push")
+    inode = spare.stat().st_ino
+    write_atomic(path, b"new", durable=False, spare=spare)
+    assert path.read_bytes() == b"new" and path.stat().st_ino != inode
+    assert spare.read_bytes() == b"an older push"
+
+
+def test_the_replaced_version_is_kept_as_the_next_writes_spare(tmp_path):
+    path, spare = tmp_path / "state", tmp_path / ".state.spare.tmp"
+    write_atomic(path, b"one", spare=spare, replaced_to=spare)
+    assert not spare.exists()  # nothing was replaced
+    first = path.stat().st_ino
+    write_atomic(path, b"two", spare=spare, replaced_to=spare)
+    assert path.read_bytes() == b"two" and spare.read_bytes() == b"one"
+    assert spare.stat().st_ino == first
+    write_atomic(path, b"three", spare=spare, replaced_to=spare)
+    assert path.read_bytes() == b"three" and path.stat().st_ino == first  # "one"'s file
+
+    def half(file):
+        file.write(b"fo")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        write_atomic(path, half, spare=spare, replaced_to=spare)
+    assert path.read_bytes() == b"three"  # never written over through a second name
+    assert sorted(os.listdir(tmp_path)) == ["state"]
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_draft(tmp_path):
     path = tmp_path / "record.json"
     write_atomic(path, '{"old": 1}')
