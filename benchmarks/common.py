@@ -177,13 +177,15 @@ def tree_cpu_s_by_kind(root: int | None = None) -> dict[str, float]:
     return split
 
 
-def settled_tree_cpu_s_by_kind(timeout_s: float = 30.0) -> dict[str, float]:
-    """:func:`tree_cpu_s_by_kind` once the last run's processes have gone: one still exiting
-    would count as Ray's before the next run and as its reaper's after."""
-    deadline = time.monotonic() + timeout_s
-    while descendants(os.getpid(), process_table()) != {os.getpid()}:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"processes below this one outlived {timeout_s:.0f} s")
+def settled_tree_cpu_s_by_kind(quiet_s: float = 2.0, most_s: float = 30.0) -> dict[str, float]:
+    """:func:`tree_cpu_s_by_kind` once the processes below this one held still for ``quiet_s``:
+    one still exiting would count as Ray's before a run and as its reaper's after."""
+    end, tree, since = time.monotonic() + most_s, set(), 0.0
+    while (now := time.monotonic()) < end:
+        if (seen := descendants(os.getpid(), process_table())) != tree:
+            tree, since = seen, now
+        elif now - since >= quiet_s:
+            break
         time.sleep(0.05)
     return tree_cpu_s_by_kind()
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
@@ -39,7 +40,9 @@ def rounds_written(run_dir: Path) -> set[tuple[int, int]]:
     path = run_dir / "metrics.parquet"
     if not path.exists():
         return set()
-    return {(r["client"], r["round"]) for r in pq.read_table(path).to_pylist()}
+    # Its bytes first: the run replaces the file, and a reader of the path may see two.
+    rows = pq.read_table(pa.BufferReader(path.read_bytes())).to_pylist()
+    return {(r["client"], r["round"]) for r in rows}
 
 
 def reported(run_dir: Path) -> set[tuple[int, int]]:
