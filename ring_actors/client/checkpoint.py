@@ -142,11 +142,21 @@ class Checkpointing:
             self.save(round_)
 
     def finish(self, round_: int) -> None:
-        """The loop is over: the newest state saved and on disk before the run's end."""
+        """The loop is over: the newest state saved and on disk before the run's end, and no
+        draft kept for a next write beside it (a run's folder may be uploaded whole)."""
         if self.path is not None:
             if round_ > self.saved_round:
                 self.save(round_)
             self.writer.flush()
+            self.spare.unlink(missing_ok=True)
+            assert self.lap_files is not None
+            self.lap_files.spares.clear()
+
+    @property
+    def spare(self) -> Path:
+        """The checkpoint before the last, the next one's draft."""
+        assert self.path is not None
+        return self.path.with_name(f".{self.path.name}.spare.tmp")
 
     def save(self, round_: int) -> None:
         """Snapshot the private state after ``round_``, for a restarted client to resume
@@ -173,7 +183,7 @@ class Checkpointing:
         pushes = [*older.values(), *([last] if last else [])]
         lap_files = self.lap_files
         assert lap_files is not None
-        spare = path.with_name(f".{path.name}.spare.tmp")  # the version before, written over
+        spare = self.spare  # the version before, written over
         totals = self.laps.kept()  # a kept total never changes: the writer reads it later
         laps = sorted(totals)
         state = {

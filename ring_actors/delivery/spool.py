@@ -12,7 +12,9 @@ it crashes, finds the push again. Putting it on disk (fsync) is left to a thread
 spool's own, which syncs every push written since its last pass in one go. On the
 acknowledgement's path the fsync was most of a hop's time on a disk that writes 300-500 MB/s
 (106 of 158 ms for a 43 MiB push); a machine that stops within one such pass of a push loses
-that push, as it loses its clients' processes.
+that push, as it loses its clients' processes. A push dropped (a checkpoint covers it) is
+the next one's draft (``spare_files.py``); each carries its checksums, and a file whose bytes
+are not all its own push's is refused as torn.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -28,7 +31,8 @@ from ring_actors.delivery.payloads import Channel, Payload
 from ring_actors.storage.durable import fsync_dir, fsync_file, write_atomic
 from ring_actors.storage.run_folder import CheckpointError
 from ring_actors.storage.safe_load import load_allowlisted
-from ring_actors.storage.state_files import save_state
+from ring_actors.storage.spare_files import SpareFiles
+from ring_actors.storage.state_files import is_whole, save_checked
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +48,14 @@ class Spool:
         self.unsynced: set[Path] = set()
         self.written = threading.Event()  # wakes the syncer
         self.syncer: threading.Thread | None = None
+        self.spares = SpareFiles(directory, most=8)
 
     def keep(self, payload: Payload) -> None:
         """Write ``payload``; a reader later sees all of it or none of it. On disk at the
         syncer's next pass."""
         path = self._path(payload.key)
-        write_atomic(path, lambda file: save_state(payload, file), durable=False)
+        write = partial(save_checked, payload)
+        write_atomic(path, write, durable=False, spare=self.spares.take())
         with self.lock:
             self.unsynced.add(path)
             if self.syncer is None:
@@ -93,9 +99,9 @@ class Spool:
         return {self._path(key).name for key in keys}
 
     def discard(self, names: Iterable[str]) -> None:
-        """Delete the kept payloads in files ``names``: merged and covered by a checkpoint."""
+        """Retire the kept payloads in files ``names``: merged and covered by a checkpoint."""
         for name in names:
-            (self.directory / name).unlink(missing_ok=True)
+            self.spares.retire(self.directory / name)
 
     def load(self, device: torch.device) -> list[Payload]:
         """Every kept payload, oldest round first."""
@@ -104,7 +110,12 @@ class Spool:
         payloads = []
         for path in self.directory.glob("*.pt"):
             try:
-                payloads.append(load_allowlisted(path, device))
+                if not is_whole(path):
+                    raise ValueError("bytes that are not all its own")
+                payload = load_allowlisted(path, device)
+                if self._path(payload.key) != path:
+                    raise ValueError(f"an older push's bytes ({payload.key})")
+                payloads.append(payload)
             except CheckpointError:  # names what no state file holds: refused, loudly
                 raise
             except (ValueError, RuntimeError, EOFError) as err:  # torn: stopped before a sync

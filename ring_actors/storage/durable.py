@@ -29,16 +29,17 @@ def write_atomic(
     disk only once :func:`fsync_file` and :func:`fsync_dir` have run: a machine that stops
     first may lose it (its name may then hold a torn file).
 
-    ``spare`` (durable writes only: see ``spare_files.py``): a file of the writer's whose
-    content is no longer needed, written over rather than a new file, whose pages cost this
-    project's 2-core machine five times the CPU (25 against 5 ms for 8 MiB). ``replaced_to``:
-    a draft's name (a start removes drafts) the version this write replaces keeps, a later
-    write's spare."""
+    ``spare``: a file of the writer's whose content is no longer needed, written over rather
+    than a new file, whose pages cost this project's 2-core machine five times the CPU (25
+    against 5 ms for 8 MiB). A write not ``durable`` over a spare may hold the spare's old bytes
+    after a power cut: its reader must tell them apart (``state_files.is_whole``).
+    ``replaced_to``: a draft's name (a start removes drafts) the version this write replaces
+    keeps, a later write's spare."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Unique per writer: two threads or processes writing one path never share a draft.
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     mode = "wb"
-    if spare is not None and durable and _moved(spare, tmp):
+    if spare is not None and _moved(spare, tmp):
         mode = "r+b"  # no truncation on open: its pages are overwritten, its tail cut after
     try:
         with open(tmp, mode) as file:

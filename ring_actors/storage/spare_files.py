@@ -1,12 +1,10 @@
 """Files whose content is no longer needed, kept as drafts for the next writes.
 
-A client writes model-sized files every few rounds (its laps' totals) and deletes them once
-no checkpoint lists them. Writing into a new file costs far more CPU
-than its bytes: on this project's 2-core machine 25 ms for 8 MiB, against 5 ms over a file's
-pages written before. So a deleted file is renamed to a draft instead, and the next write
-goes over it (``write_atomic``'s ``spare``); a start removes drafts left by a kill. Only
-for writes synced before their rename: a file written over and renamed unsynced could hold
-the old content after a power cut, whole enough to load (the spool's pushes are such writes).
+A client writes model-sized files every round or few (each acknowledged push, each lap's total)
+and deletes them once a checkpoint no longer needs them. Writing into a new file costs far more
+CPU than its bytes: on this project's 2-core machine 25 ms for 8 MiB, against 5 ms over a file's
+pages written before. So a deleted file is renamed to a draft instead, and the next write goes
+over it (``write_atomic``'s ``spare``); a start removes drafts left by a kill.
 """
 
 from __future__ import annotations
@@ -43,3 +41,10 @@ class SpareFiles:
         """A spare to write over, or None."""
         with self.lock:
             return self.spares.pop() if self.spares else None
+
+    def clear(self) -> None:
+        """Delete every spare: no write is to come."""
+        with self.lock:
+            spares, self.spares = self.spares, []
+        for spare in spares:
+            spare.unlink(missing_ok=True)

@@ -206,11 +206,15 @@ def test_a_checkpoint_and_a_new_total_are_written_over_files_no_longer_needed(tm
     assert (laps / "avg-2.pt").stat().st_ino == retiring  # round 0's file, round 2's total
     assert path.stat().st_ino == first  # the checkpoint of round 0's file
     assert (tmp_path / ".c.pt.spare.tmp").exists()  # round 1's, the next one's draft
+    client.laps.results[("avg", 3)] = LapResult(totals[0], (0, 1))
+    client.laps.forget_before(3)
+    client.checkpoint.finish(3)  # the loop's end: the last state saved, no draft beside it
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["avg-3.pt", "c.pt"]
+    assert torch.load(path, weights_only=False)["round"] == 3
 
-    restored, _ = _checkpointing_client(tmp_path, "fedavg")  # a start: no draft stays
-    assert restored.load_checkpoint() == 2
-    assert torch.equal(restored.lap_result("avg", 2).total["x"], totals[2]["x"])
-    assert list(laps.glob(".*")) == [] and not (tmp_path / ".c.pt.spare.tmp").exists()
+    restored, _ = _checkpointing_client(tmp_path, "fedavg")
+    assert restored.load_checkpoint() == 3
+    assert torch.equal(restored.lap_result("avg", 3).total["x"], totals[0]["x"])
 
 
 def test_a_kill_between_the_laps_files_and_the_checkpoint_listing_them_costs_nothing(tmp_path):
@@ -277,6 +281,8 @@ def test_drafts_a_kill_left_are_removed_at_the_next_start_and_only_the_clients_o
         tmp_path / ".c.pt.111-222.tmp",
         spool / ".share-None-1-3-0.pt.111-222.tmp",
         laps / ".avg-3.pt.111-222.tmp",
+        tmp_path / ".c.pt.spare.tmp",  # the drafts kept for the next writes, too
+        laps / ".spare-0.tmp",
     ]
     neighbour = tmp_path / ".d.pt.333-444.tmp"
     for draft in [*own, neighbour]:

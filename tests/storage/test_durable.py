@@ -42,17 +42,6 @@ def test_a_spare_is_written_over_and_holds_only_the_new_content(tmp_path):
     assert path.read_bytes() == b"fresh" and sorted(os.listdir(tmp_path)) == ["new"]
 
 
-def test_a_write_synced_later_never_goes_over_a_spare(tmp_path):
-    """Renamed before its sync, a file written over could hold its old content after a
-    power cut, whole enough to load: only a new file can be torn, and a torn one is refused."""
-    spare, path = tmp_path / ".spare.tmp", tmp_path / "push"
-    spare.write_bytes(b"an older push")
-    inode = spare.stat().st_ino
-    write_atomic(path, b"new", durable=False, spare=spare)
-    assert path.read_bytes() == b"new" and path.stat().st_ino != inode
-    assert spare.read_bytes() == b"an older push"
-
-
 def test_the_replaced_version_is_kept_as_the_next_writes_spare(tmp_path):
     path, spare = tmp_path / "state", tmp_path / ".state.spare.tmp"
     write_atomic(path, b"one", spare=spare, replaced_to=spare)

@@ -19,3 +19,12 @@ def test_retired_files_are_kept_up_to_the_most_then_deleted(tmp_path):
     taken = [spares.take(), spares.take()]
     assert sorted(p.name for p in taken if p is not None) == kept
     assert spares.take() is None
+
+
+def test_clearing_deletes_every_spare(tmp_path):
+    spares = SpareFiles(tmp_path, most=4)
+    for n in range(3):
+        (tmp_path / f"{n}.pt").write_bytes(b"x")
+        spares.retire(tmp_path / f"{n}.pt")
+    spares.clear()
+    assert list(tmp_path.iterdir()) == [] and spares.take() is None

@@ -10,7 +10,7 @@ import zipfile
 import pytest
 import torch
 
-from ring_actors.storage.state_files import save_state
+from ring_actors.storage.state_files import is_whole, save_checked, save_state
 
 pytestmark = pytest.mark.skipif(
     not hasattr(torch.serialization, "set_crc32_options"),
@@ -42,3 +42,16 @@ def test_torch_load_never_reads_the_checksum_it_skips():
     data[data.index(bytes(4000)) + 100] = 1  # one byte of the tensor flipped
     loaded = torch.load(io.BytesIO(bytes(data)), weights_only=True)
     assert int((loaded["zeros"] != 0).sum()) == 1  # loaded as if whole: the CRC guarded nothing
+
+
+def test_a_checked_file_is_whole_until_one_byte_changes(tmp_path):
+    path = tmp_path / "push.pt"
+    with open(path, "wb") as file:
+        save_checked({"zeros": torch.zeros(1000)}, file)
+    assert is_whole(path)
+    data = bytearray(path.read_bytes())
+    data[data.index(bytes(4000)) + 100] = 1
+    path.write_bytes(bytes(data))
+    assert not is_whole(path)
+    path.write_bytes(bytes(data[: len(data) // 2]))
+    assert not is_whole(path)
