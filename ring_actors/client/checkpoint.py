@@ -149,8 +149,9 @@ class Checkpointing:
                 self.save(round_)
             self.writer.flush()
             self.spare.unlink(missing_ok=True)
-            assert self.lap_files is not None
+            assert self.lap_files is not None and self.kept.spool is not None
             self.lap_files.spares.clear()
+            self.kept.spool.spares.clear()  # a push arriving later makes a file of its own
 
     @property
     def spare(self) -> Path:

@@ -45,10 +45,9 @@ class LapTotalFiles:
     def retain(self, keys: Collection[LapKey]) -> None:
         """Retire the totals the checkpoint just written no longer lists."""
         names = {self._path(key).name for key in keys}
-        if self.directory.exists():
-            for path in self.directory.glob("*.pt"):
-                if path.name not in names:
-                    self.spares.retire(path)
+        for path in self.directory.glob("*.pt"):  # none while the folder is yet to be
+            if path.name not in names:
+                self.spares.retire(path)
         self.written = {key: r for key, r in self.written.items() if key in keys}
 
     def load(self, keys: Collection[LapKey], device: torch.device) -> dict[LapKey, LapResult]:

@@ -20,6 +20,7 @@ from ring_actors.client.method_factory import build_algorithm
 from ring_actors.client.resources import ClientData
 from ring_actors.config import config_from_dict
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
+from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.view import View
 from ring_actors.faults.client_side import strike
 from ring_actors.storage.run_folder import CheckpointError
@@ -208,6 +209,10 @@ def test_a_checkpoint_and_a_new_total_are_written_over_files_no_longer_needed(tm
     assert (tmp_path / ".c.pt.spare.tmp").exists()  # round 1's, the next one's draft
     client.laps.results[("avg", 3)] = LapResult(totals[0], (0, 1))
     client.laps.forget_before(3)
+    spool = client.checkpoint.kept.spool
+    spool.keep(Payload(1, 3, 1, 3, {"w": torch.ones(8)}))
+    spool.discard(spool.names())  # a dropped push's file, kept for the next push
+    assert list((tmp_path / "c.inbox").glob(".spare-*.tmp"))
     client.checkpoint.finish(3)  # the loop's end: the last state saved, no draft beside it
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["avg-3.pt", "c.pt"]
     assert torch.load(path, weights_only=False)["round"] == 3
