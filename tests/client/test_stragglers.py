@@ -23,8 +23,9 @@ def test_nobody_waits_for_a_marked_straggler_yet_its_state_still_arrives(tmp_pat
     assert {e["client"] for e in marked} == {0}
     rounds = [run.clients[c].core.completed + 1 for c in range(4)]
     # Paced, client 1 would be at most one round ahead of client 0 (the sync test of
-    # max_wait_s shows it); off the critical path, the fast clients run on.
-    assert min(rounds[1:]) > 2 * rounds[0] + 3, rounds
+    # max_wait_s shows it); off the critical path, the fast clients run on: twice as many
+    # rounds at least (it trains 3 or more, below), which a paced ring never reaches.
+    assert min(rounds[1:]) >= 2 * rounds[0], rounds
     reports = run.coordinator.results.by_round
     after = [r for r in reports if r > marked[0]["round"] + 3 and 1 in reports[r]]
     merged_by_successor = sum(reports[r][1]["merged"] for r in after)

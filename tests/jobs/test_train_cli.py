@@ -171,6 +171,9 @@ def test_a_restarted_clients_second_crash_shows_no_ray_notice_either(ray_local, 
     run_dir = tmp_path / "run"
     done, out = train_on(ray_local, config, run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert done.returncode == 0 and summary["events"]["rejoins"] == 1, out
-    assert summary["events"]["crashes"] == 2 and summary["ring_order"] == [0, 2], out
+    events = summary["events"]
+    # One rejoin for the restart; on a loaded machine the restart can outlast the hang check,
+    # and the client heard from again is one rejoin more.
+    assert done.returncode == 0 and events["rejoins"] == 1 + events["hangs"], out
+    assert events["crashes"] == 2 and summary["ring_order"] == [0, 2], out
     assert "A worker died or was killed" not in out

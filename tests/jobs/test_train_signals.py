@@ -82,15 +82,15 @@ def wait_for_a_written_round(driver: subprocess.Popen, folder: RunFolder) -> boo
 def a_started_run(
     tmp_path: Path, reached: Callable[[subprocess.Popen, RunFolder], bool]
 ) -> tuple[subprocess.Popen, RunFolder]:
-    """A started run once ``reached`` says so; started once more if its Ray timed out coming
-    up, which is Ray's limit on a loaded machine and not what these tests test."""
-    for attempt in range(2):
+    """A started run once ``reached`` says so; started again (three tries) if its Ray timed out
+    coming up, which is Ray's limit on a loaded machine and not what these tests test."""
+    for attempt in range(3):
         folder = tmp_path / f"attempt-{attempt}"
         folder.mkdir()
         driver, run = start_train(folder)
         if reached(driver, run):
             return driver, run
-    pytest.fail("the driver's Ray timed out coming up twice")
+    pytest.fail("the driver's Ray timed out coming up three times")
 
 
 def finish(driver: subprocess.Popen) -> str:
