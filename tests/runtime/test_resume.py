@@ -4,7 +4,7 @@ async mode, where what a client merges depends on timing, every lap is still who
 
 The uninterrupted run of a sync case goes on the in-process ring: the same cores, one torch
 thread as on an actor, bit for bit the models and lap totals of a run on Ray (both compared
-at ``745c0e3``: `fedavg` and `drdfl`, every tensor equal), in a fifth of the time."""
+at ``745c0e3``: `fedavg` and `drdfl`, every tensor equal), in a fourth to a fifth of the time."""
 
 from __future__ import annotations
 
