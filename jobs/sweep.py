@@ -102,14 +102,17 @@ def finished(point: Point) -> bool:
     return finished_summary(point.output_dir, point.config.experiment.rounds) is not None
 
 
-def parent_run(points: list[Point], sweep_dir: Path) -> str:
-    """The sweep's MLflow parent run: created once, found again by a re-run."""
+def parent_run(points: list[Point], sweep_dir: Path) -> str | None:
+    """The sweep's MLflow parent run: created once, found again by a re-run; none when
+    no point tracks."""
+    if not any(point.config.tracking.enabled for point in points):
+        return None
     record = sweep_dir / SWEEP_FILE
     if record.is_file():
         return json.loads(record.read_text())["parent_run_id"]
     from mlflow.tracking import MlflowClient
 
-    config = points[0].config
+    config = next(point.config for point in points if point.config.tracking.enabled)
     uri = resolve_tracking_uri(config.tracking.uri, Path.cwd())
     create_sqlite_store(uri)
     client = MlflowClient(uri)
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _run_points(todo: list[Point], parent: str, args: argparse.Namespace) -> int:
+def _run_points(todo: list[Point], parent: str | None, args: argparse.Namespace) -> int:
     """Each point in turn; 130 at once if one is interrupted, else 1 if any stopped."""
     from ring_actors.runtime.driver import run_experiment
 
@@ -164,8 +167,9 @@ def _run_points(todo: list[Point], parent: str, args: argparse.Namespace) -> int
         resume = RunFolder(point.output_dir).holds_run()
         how = "resuming" if resume else "starting"
         print(f"[{number}/{len(todo)}] {how} {' '.join(point.overrides)}", file=sys.stderr)
-        nested = f"tracking.parent_run_id={json.dumps(parent)}"
-        config = load_config(args.config, [*point.overrides, nested])
+        tracked = parent and point.config.tracking.enabled
+        nested = [f"tracking.parent_run_id={json.dumps(parent)}"] if tracked else []
+        config = load_config(args.config, [*point.overrides, *nested])
         summary = run_experiment(config, point.output_dir, not args.no_progress, resume)
         if summary["stopped"] == "interrupted":
             print("sweep interrupted: run it again to go on", file=sys.stderr)

@@ -211,7 +211,9 @@ def _print_outcome(summary: dict[str, Any], config: Config) -> int:
         f"lost payloads {events['lost_payloads']}"
     )
     print(f"outputs: {summary['output_dir']}")
-    print(f"mlflow:  {summary['mlflow']['tracking_uri']} run {summary['mlflow']['run_id']}")
+    mlflow = summary["mlflow"]
+    if config.tracking.enabled:
+        print(f"mlflow:  {mlflow['tracking_uri']} run {mlflow['run_id']}")
     if summary["stopped"]:
         print(f"run stopped: {summary['stopped']}", file=sys.stderr)
         return INTERRUPTED if summary["stopped"] == "interrupted" else 1

@@ -21,7 +21,7 @@ from ring_actors.client.method_factory import build_algorithm, client_data
 from ring_actors.client.resources import ClientData
 from ring_actors.config import Config
 from ring_actors.coordinator.core import CoordinatorCore
-from ring_actors.coordinator.tracking import Tracker
+from ring_actors.coordinator.untracked import Untracked
 from ring_actors.data.client_splits import evaluated_split, global_test_set, split_for
 from ring_actors.data.partition_file import save_partition
 from ring_actors.data.sources import load_dataset
@@ -104,7 +104,7 @@ class InProcessRing:
     """Clients and a coordinator wired in memory; ``run`` drives it to the end.
 
     ``data[i]`` is client i's data; clients beyond ``config.clients.count`` wait in standby
-    for ``join``. MLflow is never opened: the coordinator's results stay in memory and in
+    for ``join``. No MLflow run (``Untracked``): the coordinator's results stay in memory and in
     the summary.
     """
 
@@ -119,8 +119,7 @@ class InProcessRing:
         if any(entry.kill_node or entry.kill_coordinator for entry in config.faults):
             raise ValueError("an in-process ring has no nodes or coordinator process to kill")
         self.config = config
-        tracker = Tracker("in-process", config.experiment.name, output_dir.name)
-        self.coordinator = CoordinatorCore(config, output_dir, tracker)
+        self.coordinator = CoordinatorCore(config, output_dir, Untracked())
         self.clients: dict[int, LocalClient] = {}
         # Threads of one process gain nothing from a collective over TCP: the engine goes
         # here only when asked for by name (``collective``), as the tests of it do.

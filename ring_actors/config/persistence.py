@@ -40,6 +40,10 @@ class CheckpointSection:
 
 @dataclass(frozen=True)
 class TrackingSection:
+    # False: no MLflow run; what the run measured is only in its folder (the output files).
+    enabled: bool = True
+    # The run's own figures (``curves.png``, ``timeline.png``) drawn in its folder at the end.
+    figures: bool = True
     uri: str | None = None
     experiment: str | None = None
     # The clients' checkpoints hold their private models, which the methods promise never
@@ -53,3 +57,10 @@ class TrackingSection:
 
     def __post_init__(self) -> None:
         check(self.give_up_s > 0, "tracking.give_up_s", "a number of seconds > 0")
+        off = "as tracking.enabled is false"  # both name an MLflow run
+        check(
+            self.enabled or not self.upload_checkpoints,
+            "tracking.upload_checkpoints",
+            f"false, {off}",
+        )
+        check(self.enabled or not self.parent_run_id, "tracking.parent_run_id", f"null, {off}")

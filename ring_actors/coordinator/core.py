@@ -30,7 +30,7 @@ from ring_actors.coordinator.progress import Progress, snapshot
 from ring_actors.coordinator.recovery import Recovery
 from ring_actors.coordinator.results import Results
 from ring_actors.coordinator.roster import Roster
-from ring_actors.coordinator.tracking import Tracker
+from ring_actors.coordinator.untracked import RunTracker
 from ring_actors.coordinator.watch import Watch
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.transport import ClientHandle, Readmission
@@ -53,7 +53,7 @@ class CoordinatorCore:
         self,
         config: Config,
         output_dir: Path,
-        tracker: Tracker,
+        tracker: RunTracker,
         find_client: Callable[[int], ClientHandle | None] = lambda client_id: None,
     ) -> None:
         self.config = config

@@ -20,7 +20,8 @@ from ring_actors.coordinator.run_summary import (
     run_level_metrics,
     summarise_run,
 )
-from ring_actors.coordinator.tracking import Tracker, flatten
+from ring_actors.coordinator.tracking import flatten
+from ring_actors.coordinator.untracked import RunTracker
 from ring_actors.storage.redact import public_config, redact_uri
 from ring_actors.storage.run_folder import RunFolder
 
@@ -42,7 +43,7 @@ class RunOutputs:
     lock: threading.RLock
     roster: Roster
     results: Results
-    tracker: Tracker
+    tracker: RunTracker
     changes: RingChanges  # read for why the run stopped
     outputs_at: float = field(default=0.0, init=False)
     outputs_cost_s: float = field(default=0.0, init=False)  # how long the last write took
@@ -112,7 +113,8 @@ class RunOutputs:
             config, rows = self.public_config(), list(self.results.rows)
             events = list(self.results.events)
         write_outputs(self.output_dir, config, summary, rows, events)
-        draw_run_figures(self.output_dir)  # uploaded with the outputs below
+        if self.config.tracking.figures:
+            draw_run_figures(self.output_dir)  # uploaded with the outputs below
         private = () if self.config.tracking.upload_checkpoints else RunFolder.PRIVATE
         self.tracker.log_artifacts(self.output_dir, private)
         unsent = self.tracker.end()

@@ -17,7 +17,7 @@ from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.record import CoordinatorRecord, read_record, write_record
 from ring_actors.coordinator.results import Results
 from ring_actors.coordinator.roster import Roster
-from ring_actors.coordinator.tracking import Tracker
+from ring_actors.coordinator.untracked import RunTracker
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.journal import JournalEntry
 from ring_actors.delivery.transport import ClientHandle, Pending
@@ -45,7 +45,7 @@ class Recovery:
     # a restarted coordinator finds its clients again
     find_client: Callable[[int], ClientHandle | None]
     results: Results
-    tracker: Tracker
+    tracker: RunTracker
     changes: RingChanges
     reports: Reports
     saved_at: float = field(default=0.0, init=False)

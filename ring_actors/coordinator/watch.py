@@ -12,7 +12,7 @@ from ring_actors.coordinator.membership import MemberState
 from ring_actors.coordinator.pace import Pace
 from ring_actors.coordinator.results import Results
 from ring_actors.coordinator.roster import Roster
-from ring_actors.coordinator.tracking import Tracker
+from ring_actors.coordinator.untracked import RunTracker
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.heterogeneity.model import Heterogeneity
 from ring_actors.timeouts import Timeouts
@@ -26,7 +26,7 @@ class Watch:
     timeouts: Timeouts
     roster: Roster
     results: Results
-    tracker: Tracker
+    tracker: RunTracker
     changes: RingChanges
 
     def __post_init__(self) -> None:

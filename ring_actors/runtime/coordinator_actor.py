@@ -16,6 +16,7 @@ from ring_actors.config import Config
 from ring_actors.coordinator.core import CoordinatorCore
 from ring_actors.coordinator.progress import Progress
 from ring_actors.coordinator.tracking import Retry, Tracker
+from ring_actors.coordinator.untracked import RunTracker, Untracked
 from ring_actors.delivery.transport import ClientHandle, ControlLink, Reply, RunClock, remote
 from ring_actors.runtime.actor_names import actor_name
 from ring_actors.runtime.ray_transport import RayClientHandle, answered_by_core
@@ -66,7 +67,11 @@ class Coordinator:
         out = Path(output_dir)
         experiment = config.tracking.experiment or config.experiment.name
         retry = Retry(close_s=config.tracking.give_up_s)
-        tracker = Tracker(tracking_uri, experiment, out.name, output_dir=out, retry=retry)
+        tracker: RunTracker = (
+            Tracker(tracking_uri, experiment, out.name, output_dir=out, retry=retry)
+            if config.tracking.enabled
+            else Untracked()
+        )
         self.core = CoordinatorCore(config, out, tracker, find_client=self._find(run_key))
         # Restarted by Ray mid-run it finds its clients; for a resumed run they register anew.
         self.core.restore(adopt_clients=not resume)

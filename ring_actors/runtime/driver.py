@@ -296,11 +296,16 @@ def describe_launch(experiment: Experiment) -> str:
     faults = plan_lines(config.faults, config.experiment.rounds) or ["none"]
     lines.append("faults:  " + "; ".join(faults))
     lines.append(f"outputs: {experiment.output_dir}")
-    uri = redact_uri(resolve_tracking_uri(config.tracking.uri, Path.cwd()))
-    lines.append(
-        f"mlflow:  {uri} (experiment {config.tracking.experiment or config.experiment.name})"
-    )
+    lines.append(f"mlflow:  {mlflow_line(config)}")
     return "\n".join(lines)
+
+
+def mlflow_line(config: Config) -> str:
+    """Where the run's MLflow run goes, or that it has none."""
+    if not config.tracking.enabled:
+        return "off (tracking.enabled: false; the outputs hold every result)"
+    uri = redact_uri(resolve_tracking_uri(config.tracking.uri, Path.cwd()))
+    return f"{uri} (experiment {config.tracking.experiment or config.experiment.name})"
 
 
 def shutdown(experiment: Experiment, wait_s: float = 0.0) -> None:

@@ -37,6 +37,19 @@ def test_bad_values_name_their_key(override, key):
         load_config(None, [override])
 
 
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("tracking.upload_checkpoints=true", "upload_checkpoints"),
+        ("tracking.parent_run_id=r", "parent_run_id"),
+    ],
+)
+def test_tracking_off_refuses_what_only_an_mlflow_run_would_hold(override, key):
+    with pytest.raises(ConfigError, match=f"tracking.{key}: .* as tracking.enabled is false"):
+        load_config(None, ["tracking.enabled=false", override])
+    assert load_config(None, [override]).tracking.enabled  # with tracking on, both are fine
+
+
 def test_scientific_notation_without_a_dot_is_a_number():
     assert load_config(None, ["algorithm.lr=1e-3"]).algorithm.options.lr == pytest.approx(1e-3)
 

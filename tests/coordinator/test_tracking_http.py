@@ -171,7 +171,7 @@ def test_a_ring_whose_tracking_server_is_gone_finishes_and_keeps_its_metrics(ray
     """The real coordinator: its ring never waits on MLflow, and what MLflow never got
     is in the output directory at the end."""
     uri = f"tracking.uri=http://127.0.0.1:{free_port()}"
-    config = small_config(tmp_path, uri, "tracking.give_up_s=3")
+    config = small_config(tmp_path, uri, "tracking.give_up_s=3", "tracking.enabled=true")
     out = tmp_path / "out"
     summary = run_experiment(config, out, progress=False)
     assert summary["rounds_completed"] == 3 and summary["mlflow"]["run_id"] is None

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from jobs.sweep import expand, finished, main, plan
-from tests.conftest import needs_data, small_config
+from jobs.sweep import SWEEP_FILE, expand, finished, main, parent_run, plan
+from tests.conftest import TRACKED, needs_data, small_config
 
 
 def write_cell(tmp_path: Path) -> Path:
@@ -25,6 +25,7 @@ def write_cell(tmp_path: Path) -> Path:
         "algorithm.name=local",
         "eval.global_max_samples=200",
         "eval.local_max_samples=200",
+        *TRACKED,
     )
     path = tmp_path / "cell.yaml"
     path.write_text(yaml.safe_dump(config.to_dict()))
@@ -54,6 +55,14 @@ def test_points_are_named_after_what_varies(tmp_path):
     points = plan(cell, ["algorithm.name=local,fedavg", "clients.count=3"], tmp_path)
     assert [p.output_dir.name for p in points] == ["algorithm.name=local", "algorithm.name=fedavg"]
     assert [p.config.algorithm.name for p in points] == ["local", "fedavg"]
+
+
+def test_a_sweep_of_untracked_runs_has_no_parent_run(tmp_path):
+    points = plan(write_cell(tmp_path), ["tracking.enabled=false", "experiment.seed=0,1"], tmp_path)
+    assert parent_run(points, tmp_path / "s") is None
+    assert not (tmp_path / "s" / SWEEP_FILE).exists()
+    mixed = plan(write_cell(tmp_path), ["tracking.enabled=false,true"], tmp_path)
+    assert parent_run(mixed, tmp_path / "s") is not None  # one tracked point has one
 
 
 @needs_data

@@ -152,6 +152,7 @@ def test_a_run_whose_clients_all_crashed_says_what_it_did_without_rays_oom_notic
     assert all(f"crash: client {c} crashed" in out for c in range(3))  # the run's own lines
     rounds = json.loads((run_dir / "summary.json").read_text())["rounds_completed"]
     assert rounds >= 1 and f"fedavg on fashion-mnist-sample: {rounds} of 4 rounds" in out
+    assert "mlflow:  off (tracking.enabled: false" in out and "run None" not in out
     # Their hops, from the rounds they reported before crashing: none finished to count them.
     assert "MB per hop" in out and "0.000 MB per hop" not in out
 

@@ -7,7 +7,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from ring_actors.runtime.driver import run_experiment
-from tests.conftest import needs_data, small_config
+from tests.conftest import TRACKED, needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -18,6 +18,7 @@ def test_killed_coordinator_is_restarted_and_the_results_are_complete(ray_local,
         "clients.count=3",
         "experiment.rounds=5",
         "faults=[{at_round: 1, kill_coordinator: true}]",
+        *TRACKED,
     )
     out = tmp_path / "out"
     summary = run_experiment(config, out, progress=False)

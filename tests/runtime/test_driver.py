@@ -30,7 +30,7 @@ from ring_actors.runtime.driver import (
     shutdown,
     wait_and_finalize,
 )
-from tests.conftest import LIGHT, needs_data, small_config
+from tests.conftest import LIGHT, TRACKED, needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -52,7 +52,7 @@ SUMMARY_KEYS = {
 
 
 def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
-    config = small_config(tmp_path)
+    config = small_config(tmp_path, *TRACKED)
     out = tmp_path / "out"
     summary = run_experiment(config, out, progress=False)
 

@@ -34,7 +34,7 @@ from ring_actors.in_process import InProcessRing
 from ring_actors.preflight.output_folder import RunFolderError
 from ring_actors.runtime.driver import launch, run_experiment, shutdown
 from ring_actors.storage.run_folder import RunFolder
-from tests.conftest import LIGHT, needs_data, small_config
+from tests.conftest import LIGHT, TRACKED, needs_data, small_config
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -113,7 +113,7 @@ CASES = {
         ),
     ),
     "fedavg": Case(
-        ("algorithm.name=fedavg", "experiment.rounds=5", "checkpoint.every_rounds=2"),
+        ("algorithm.name=fedavg", "experiment.rounds=5", "checkpoint.every_rounds=2", *TRACKED),
         between_checkpoints,
         exact=True,
         pacing=(*PACED, LATE_SAVE),
@@ -135,7 +135,7 @@ CASES = {
     "pfedgm": Case(("algorithm.name=pfedgm", "experiment.rounds=4"), a_round_apart, True, PACED),
     "ua_pdfl": Case(("algorithm.name=ua_pdfl", "experiment.rounds=4"), a_round_apart, True, PACED),
     "fedavg-async": Case(
-        ("algorithm.name=fedavg", "experiment.rounds=4", "schedule.mode=async", LINKS),
+        ("algorithm.name=fedavg", "experiment.rounds=4", "schedule.mode=async", LINKS, *TRACKED),
         a_round_apart,
         exact=False,
     ),
@@ -263,6 +263,7 @@ def test_a_run_whose_driver_died_resumes_to_the_same_result(ray_local, tmp_path,
 
     resumed = run_experiment(config, run_dir, progress=False, resume=True)
     assert resumed["rounds_completed"] == rounds and resumed["events"]["lost_payloads"] == 0
+    assert (run_id is not None) == config.tracking.enabled
     assert resumed["mlflow"]["run_id"] == run_id  # the same MLflow run, continued
     rows = pq.read_table(run_dir / "metrics.parquet").to_pylist()
     assert sorted((r["client"], r["round"]) for r in rows) == [
