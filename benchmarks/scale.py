@@ -12,12 +12,15 @@ actor) and the largest client USS; from the run: the median time between round c
 after round 0, trained samples per second, and the time from the subprocess's start until every
 client reported round 0. A run the launch's admission check refuses is recorded with the
 check's numbers; ``killed`` counts the actors lost on the way (client crashes, coordinator
-restores), which should be none.
+restores), which should be none. ``--tracking true false`` runs each point with an MLflow run
+and figures and without (``tracking.enabled``, ``tracking.figures``); the CPU of each process
+of the tree is sampled too.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -49,6 +52,8 @@ def overrides(spec: dict[str, Any], tmp: Path) -> list[str]:
         "eval.every=1",
         "eval.global_max_samples=500",
         f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}",
+        f"tracking.enabled={spec['tracking']}",
+        f"tracking.figures={spec['tracking']}",
     ]
 
 
@@ -141,6 +146,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "command_s": time.time() - spawned,
         "peak_pss_gb": sampler.peak_pss_kb / 2**20,
         "client_uss_mb": sampler.client_uss_mb(),
+        "cpu_s_by_process": sampler.cpu_s_by_title(),
         "peak_pss_mb_by_process": {
             k: round(v / 1024) for k, v in sorted(sampler.peak_pss_by_title.items())
         },
@@ -149,19 +155,27 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    header = ["clients", "nodes", "method", "mode", "torch", "s/round", "samples/s",
-              "to round 0 s", "peak PSS GB", "max client USS MB", "killed", "Local-T"]  # fmt: skip
+    header = ["clients", "nodes", "method", "mode", "tracking", "torch", "s/round", "samples/s",
+              "to round 0 s", "command s", "core-s", "coordinator core-s, PSS MB",
+              "peak PSS GB", "max client USS MB", "killed", "Local-T"]  # fmt: skip
     return markdown_table(header, (_row(r) for r in results))
 
 
 def _row(r: dict[str, Any]) -> list[object]:
     """A run's cells; a refused run's reason in one cell after what it was."""
-    run = [r["clients"], r["nodes"], r["algorithm"], r["mode"], r["torch"]]
+    run = [r["clients"], r["nodes"], r["algorithm"], r["mode"], r.get("tracking", True), r["torch"]]
     if "refused" in r:
         return [*run, f"refused by the admission check: {r['refused']}"]
+    cpu = r.get("cpu_s_by_process", {})
+    coordinator = f"{cpu.get('ray::Coordinator', 0):.1f}, {_coordinator_pss(r)}"
     return [*run, f"{r['round_s']:.1f}", f"{r['samples_per_s']:.0f}", f"{r['to_round0_s']:.1f}",
+            f"{r['command_s']:.1f}", f"{sum(cpu.values()):.1f}", coordinator,
             f"{r['peak_pss_gb']:.2f}", f"{r['client_uss_mb']:.0f}", r["killed"],
             f"{100 * r['local_acc']:.1f}"]  # fmt: skip
+
+
+def _coordinator_pss(r: dict[str, Any]) -> object:
+    return r.get("peak_pss_mb_by_process", {}).get("ray::Coordinator", "-")
 
 
 def main() -> None:
@@ -174,6 +188,10 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument(
+        "--tracking", nargs="+", choices=["true", "false"], default=["true"],
+        help="tracking.enabled and tracking.figures: an MLflow run and figures, or neither",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/scale.json"))
     args = parser.parse_args()
     if args.worker:
@@ -186,8 +204,9 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     for n in args.clients:
         for algorithm in args.algorithms:
-            for mode in args.modes:
+            for mode, tracking in itertools.product(args.modes, args.tracking):
                 spec = {
+                    "tracking": tracking,
                     "clients": n,
                     "algorithm": algorithm,
                     "mode": mode,
