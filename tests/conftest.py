@@ -119,8 +119,10 @@ LIGHT = (
 )
 
 
-# For a test of what a run keeps in MLflow, or of its figures.
+# For a test of what a run keeps in MLflow, or of its figures; and for a command line's run
+# whose test is about neither.
 TRACKED = ("tracking.enabled=true", "tracking.figures=true")
+UNTRACKED = ("tracking.enabled=false", "tracking.figures=false")
 
 
 def _store_uri(path: Path) -> str:

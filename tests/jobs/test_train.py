@@ -15,7 +15,7 @@ import pytest
 import jobs.train
 from jobs.train import main
 from ring_actors.config import load_config
-from tests.conftest import DATA_ROOT, fresh_store, needs_data
+from tests.conftest import DATA_ROOT, UNTRACKED, fresh_store, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
 RING8 = REPO / "jobs" / "configs" / "ring8-drdfl.yaml"
@@ -69,6 +69,7 @@ def test_train_runs_end_to_end_and_prints_the_table(tmp_path):
         "eval.local_max_samples=200",
         "algorithm.name=dfedavg",
         f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
+        *UNTRACKED,
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

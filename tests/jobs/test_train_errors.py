@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.conftest import DATA_ROOT, fresh_store, needs_data
+from tests.conftest import DATA_ROOT, UNTRACKED, fresh_store, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # each test runs the command in a fresh interpreter
@@ -31,7 +31,7 @@ def train(tmp_path: Path, *args: str, ray: ModuleType | None = None) -> subproce
     its own takes 6-10 s to start and stop), else on one it starts."""
     command = [sys.executable, "-m", "jobs.train", "--no-progress", *args]
     if "--resume" not in args:  # a resumed run logs where it did
-        command.append(f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}")
+        command += [f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}", *UNTRACKED]
     env = dict(os.environ)
     if ray is not None:
         env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address

@@ -10,7 +10,7 @@ import pytest
 import ray._private.worker as ray_worker
 
 from ring_actors.runtime.worker_deaths import quiet_ray_notices
-from tests.conftest import fresh_store
+from tests.conftest import UNTRACKED, fresh_store
 from tests.helpers.train_cli import run
 
 # Ray's raylet, word for word, when the worker processes on a node reach 4x its start
@@ -61,6 +61,7 @@ def test_a_launch_of_many_clients_prints_no_worker_count_warning(tmp_path, monke
         "eval.global_max_samples=100",
         "eval.local_max_samples=200",
         f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
+        *UNTRACKED,
         timeout=LAUNCH_TIMEOUT_S,
     )
     assert f"{CLIENTS} clients x 1 rounds" in out  # it launched

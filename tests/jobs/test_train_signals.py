@@ -18,7 +18,7 @@ import pytest
 from jobs.train import INTERRUPTED
 from ring_actors.preflight.output_folder import check_resumable
 from ring_actors.storage.run_folder import RunFolder
-from tests.conftest import fresh_store
+from tests.conftest import UNTRACKED, fresh_store
 from tests.helpers.train_cli import REPO
 
 pytestmark = pytest.mark.slow  # each test starts Ray in a driver of its own
@@ -42,6 +42,7 @@ def start_train(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
         "eval.local_max_samples=200",
         "faults=[{at_round: 0, slow: [0, 1, 2], delay_s: 2.0}]",
         f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
+        *UNTRACKED,
     ]
     # Started from a background job (CI, `pytest &`), this process ignores SIGINT and a child
     # would inherit that; a handled signal is reset to the default in the child, as a

@@ -15,7 +15,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from tests.conftest import DATA_ROOT, fresh_store, needs_data
+from tests.conftest import DATA_ROOT, UNTRACKED, fresh_store, needs_data
 
 pytestmark = [needs_data, pytest.mark.slow]
 
@@ -78,6 +78,7 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
         "eval.local_max_samples=200",
         "algorithm.name=dfedavg",
         f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
+        *UNTRACKED,
     ]
     entrypoint = " ".join(
         [sys.executable, "-m jobs.train --no-progress", "--config", config, "--output-dir"]
