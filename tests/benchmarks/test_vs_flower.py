@@ -3,9 +3,12 @@ of the cores' time that went to training."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from benchmarks.vs_flower import breakdown, breakdown_table
+from benchmarks.vs_flower import breakdown, breakdown_table, main, parse_args
+from tests.conftest import DATA_ROOT, needs_data
 
 
 def test_the_breakdown_skips_the_first_round_and_counts_training_against_the_cores():
@@ -52,3 +55,26 @@ def test_the_memory_sampler_reports_what_sampling_cost():
     assert sampler.samples >= 3
     assert 0 < sampler.own_cpu_s < time.monotonic() - started  # its CPU, within its wall time
     assert sampler.peak_pss_kb > 0
+
+
+@needs_data
+@pytest.mark.slow
+def test_only_the_one_thread_plain_loop_gives_the_floor(tmp_path):
+    """One thread a client is the work a ring or Flower client does: that loop over the cores
+    is the floor. A loop with every core for torch already spreads it over them, so dividing
+    its round by the cores would count the cores twice."""
+    out = tmp_path / "vs.json"
+    args = ["--sides", "plain", "--plain-threads", "1", "2", "--clients", "2", "--rounds", "2"]
+    args += ["--max-train-per-client", "64", "--cores", "2", "--data-root", DATA_ROOT]
+    assert main([*args, "--json", str(out)]) == 0
+    one, two = json.loads(out.read_text())["results"]
+    assert (one["side"], one["torch_threads"]) == ("plain (1 torch threads)", 1)
+    assert (two["side"], two["torch_threads"]) == ("plain (2 torch threads)", 2)
+    assert one["floor_s_per_round"] == pytest.approx(one["s_per_round"] / 2)
+    assert "floor_s_per_round" not in two
+
+
+def test_a_plain_loop_of_no_threads_is_refused_with_the_option_named(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--plain-threads", "1", "0"])
+    assert "--plain-threads: each an int >= 1, got [1, 0]" in capsys.readouterr().err
