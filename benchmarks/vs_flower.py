@@ -255,16 +255,17 @@ def worker_plain(spec: dict[str, Any]) -> dict[str, Any]:
         accs = [algorithm.evaluate(test)["acc"] for algorithm, _, test in clients]
         ends.append(time.monotonic())
     figures = round_figures(ends, start)
-    # Only one thread's loop is the clients' own work: a loop of several threads already
-    # spreads it over cores, as well as torch's intra-op split manages.
-    floor = {"floor_s_per_round": figures["s_per_round"] / spec["cores"]}
-    return {
+    result = {
         **figures,
         "breakdown": breakdown(phases, figures["s_per_round"], spec["cores"]),
-        **(floor if spec["plain_threads"] == 1 else {}),
         "local_acc": statistics.fmean(accs),
         "torch_threads": torch.get_num_threads(),
     }
+    # Only one thread's loop is the clients' own work: a loop of several threads already
+    # spreads it over cores, as well as torch's intra-op split manages.
+    if spec["plain_threads"] == 1:
+        result["floor_s_per_round"] = figures["s_per_round"] / spec["cores"]
+    return result
 
 
 def _optimizer_state(algorithm: Any) -> dict[str, Any]:
