@@ -7,7 +7,8 @@ are in flight (the cluster's cores: Ray starts about one worker process per core
 a new one starts only while the node has memory for it, each attempt has a deadline
 (``timeouts.LaunchTimeouts``), and a failed attempt is tried again. A client that still cannot
 be built is reported by name; ``clients.on_launch_failure`` decides whether the ring forms
-without it or the launch stops.
+without it or the launch stops. A constructor that raises the same error twice is not tried a
+third time: it is the client's own code failing, which a new process only repeats.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class _Attempt:
     number: int  # 1 for the first try
     handle: ray.actor.ActorHandle | None = None  # kept when the same actor is asked again
     not_before: float = 0.0
+    raised: str | None = None  # what the constructor of the attempt before raised
 
 
 @dataclass
@@ -75,9 +77,11 @@ def start_clients(
     flying: dict[ray.ObjectRef, tuple[_Attempt, ray.actor.ActorHandle, float]] = {}
     out = Started()
 
-    def retry(attempt: _Attempt, error: str, handle: ray.actor.ActorHandle | None) -> None:
-        if attempt.number >= attempts:
-            out.failures[attempt.client] = error
+    def retry(
+        attempt: _Attempt, error: str, handle: ray.actor.ActorHandle | None, raised: bool = False
+    ) -> None:
+        if attempt.number >= attempts or (raised and error == attempt.raised):
+            out.failures[attempt.client] = f"{error} (attempt {attempt.number} of {attempts})"
             if handle is not None:
                 ray.kill(handle)
             return
@@ -89,7 +93,10 @@ def start_clients(
             error,
         )
         pause = time.monotonic() + timeouts.retry_pause_s
-        queue.append(_Attempt(attempt.client, attempt.number + 1, handle, pause))
+        again = _Attempt(
+            attempt.client, attempt.number + 1, handle, pause, error if raised else None
+        )
+        queue.append(again)
 
     while queue or flying:
         now = time.monotonic()
@@ -117,7 +124,7 @@ def start_clients(
                 retry(attempt, _short(err), handle)
             except RayError as err:  # died in its constructor, or its process was killed
                 ray.kill(handle)
-                retry(attempt, _short(err), None)
+                retry(attempt, _short(err), None, getattr(err, "actor_init_failed", False))
             else:
                 out.handles[attempt.client] = handle
                 out.facts[attempt.client] = facts
@@ -164,8 +171,8 @@ def settle(started: Started, initial: set[int], policy: str, resume: bool) -> se
         else "clients.on_launch_failure=stop; set it to drop to run without them"
     )
     raise LaunchError(
-        f"{len(failed)} client(s) could not be started after {START_ATTEMPTS} attempts each "
-        f"({named}); the launch stops: {why}. A start that fails every time is most often "
+        f"{len(failed)} client(s) could not be started ({named}); the launch stops: {why}. "
+        "A start that fails every time is most often "
         "a method, backbone or dataset of one's own raising in every client: check "
         "algorithm.name, algorithm.backbone, data.dataset and their options."
     )

@@ -157,4 +157,7 @@ def test_a_plug_in_that_fails_to_build_in_the_clients_is_one_message(ray_local, 
         ray=ray_local,
     )
     refused(done, "could not be started", "the plug-in cannot be built", "algorithm.name")
+    # The same error from a constructor twice is the plug-in's own: no third process.
+    tried = done.stderr.count("start attempt 1 of 3 failed")
+    assert tried >= 3 and done.stderr.count("built (attempt 2 of 3)") == tried, done.stderr[-3000:]
     assert not out.exists()
