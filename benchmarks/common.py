@@ -245,8 +245,11 @@ class TreeSampler(threading.Thread):
             name = cmdline.split()[0].removeprefix("ray::").rsplit(":", 1)[-1]
             return "ray::" + name.split(".")[0]
         words = [w for w in cmdline.split() if not w.startswith("-")]
+        program = Path(words[0]).name if words else "?"
+        if not program.startswith("python"):  # raylet, gcs_server: named by their program
+            return program
         scripts = [w for w in words if w.endswith(".py")]  # python .../log_monitor.py
-        return Path((scripts or words or ["?"])[0]).name
+        return Path((scripts or words)[0]).name
 
     def cpu_s_by_title(self) -> dict[str, float]:
         """CPU seconds per process title, summed over its processes."""

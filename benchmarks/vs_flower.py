@@ -447,7 +447,7 @@ def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
     import ray
 
     from ring_actors.config import load_config
-    from ring_actors.runtime.driver import run_experiment
+    from ring_actors.runtime.driver import connect_ray, run_experiment
 
     tmp = Path(spec["tmp"])
     overrides = [
@@ -456,13 +456,9 @@ def worker_ring(spec: dict[str, Any]) -> dict[str, Any]:
         f"tracking.uri=sqlite:///{tmp / 'ring-mlflow.db'}",
     ]
     config = load_config(None, overrides)  # ring_config(spec) plus a throwaway MLflow store
-    # address="local": never join another Ray instance someone else runs on this machine.
-    ray.init(
-        address="local",
-        include_dashboard=getattr(config.ray, "dashboard", None),  # as connect_ray starts it
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    # A local Ray of its own, started as jobs.train starts it: its client actors inherit the
+    # allocator settings and take workers Ray started ahead, with no runtime_env of their own.
+    connect_ray(None, config.ray.dashboard)
     try:
         summary = run_experiment(config, output_dir=tmp / "ring-out", progress=False)
     finally:

@@ -74,6 +74,21 @@ def test_only_the_one_thread_plain_loop_gives_the_floor(tmp_path):
     assert "floor_s_per_round" not in two
 
 
+@needs_data
+@pytest.mark.slow
+def test_the_ring_sides_processes_are_named_by_what_they_run(tmp_path):
+    """The raylet, whose command line names Ray's setup script among its options, is the
+    raylet: a setup process would mean actors that import Ray twice."""
+    out = tmp_path / "vs.json"
+    args = ["--sides", "ring", "--clients", "2", "--rounds", "2", "--max-train-per-client", "64"]
+    assert main([*args, "--cores", "2", "--data-root", DATA_ROOT, "--json", str(out)]) == 0
+    (ring,) = json.loads(out.read_text())["results"]
+    assert ring["side"] == "ring" and ring["s_per_round"] > 0
+    cpu_s = ring["cpu_s_by_process"]
+    assert cpu_s["ray::ClientActor"] > 0 and cpu_s["raylet"] > 0
+    assert "setup_worker.py" not in cpu_s, cpu_s
+
+
 def test_a_plain_loop_of_no_threads_is_refused_with_the_option_named(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--plain-threads", "1", "0"])
