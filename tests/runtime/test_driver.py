@@ -51,8 +51,10 @@ SUMMARY_KEYS = {
 }
 
 
-def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
-    config = small_config(tmp_path, *TRACKED)
+def test_sync_drdfl_ring_learns_sends_its_shared_part_and_writes_the_output_contract(
+    ray_local, tmp_path
+):
+    config = small_config(tmp_path, *TRACKED, "algorithm.name=drdfl", "algorithm.lr=0.001")
     out = tmp_path / "out"
     summary = run_experiment(config, out, progress=False)
 
@@ -69,9 +71,10 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
         "rejoins": 0,
         "lost_payloads": 0,
     }
+    # Learngene plus class statistics: about 0.58 M float32 values, far below the whole model.
     model = build_backbone("cnn", (1, 28, 28), 10)
     model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    assert summary["bytes_per_hop"] == model_bytes
+    assert 0.5e6 * 4 < summary["bytes_per_hop"] < 0.65e6 * 4 < model_bytes
     assert summary["hops"] == 4 * 3
 
     assert set(json.loads((out / "summary.json").read_text())) >= SUMMARY_KEYS
@@ -95,7 +98,7 @@ def test_sync_ring_learns_and_writes_the_output_contract(ray_local, tmp_path):
 
     client = MlflowClient(summary["mlflow"]["tracking_uri"])
     run = client.get_run(summary["mlflow"]["run_id"])
-    assert run.data.params["algorithm.name"] == "dfedavg"
+    assert run.data.params["algorithm.name"] == "drdfl"
     assert run.data.tags["dataset"] == "fashion-mnist"
     means = client.get_metric_history(run.info.run_id, "local_acc_mean")
     assert sorted(m.step for m in means) == [0, 1, 2]
@@ -313,10 +316,10 @@ def test_a_client_joined_mid_run_starts_at_a_round_the_ring_has_not_begun(ray_lo
     assert sorted(r["round"] for r in rows if r["client"] == 3) == list(range(join["round"], 6))
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_drdfl_ring_learns_and_sends_only_its_shared_part(ray_local, tmp_path, mode):
+def test_async_drdfl_ring_learns_and_sends_only_its_shared_part(ray_local, tmp_path):
+    """The sync ring's twin: ``test_sync_drdfl_ring_learns_sends_its_shared_part_and_...``."""
     config = small_config(
-        tmp_path, "algorithm.name=drdfl", "algorithm.lr=0.001", f"schedule.mode={mode}"
+        tmp_path, "algorithm.name=drdfl", "algorithm.lr=0.001", "schedule.mode=async"
     )
     summary = run_experiment(config, tmp_path / "out", progress=False)
     assert summary["rounds_completed"] == 3
