@@ -10,6 +10,7 @@ import pytest
 import ray
 import torch
 
+from ring_actors.delivery.payload_checks import tensor_bytes
 from ring_actors.models import build_backbone
 from ring_actors.runtime.driver import launch, shutdown, wait_and_finalize
 from tests.conftest import needs_data, small_config
@@ -121,8 +122,7 @@ def test_dynamic_topology_merges_from_degree_peers_and_accounts_bytes(ray_local,
     for r in rows:
         per_round[r["round"]] = per_round.get(r["round"], 0) + r["bytes_sent"]
     model_bytes = summary["bytes_per_hop"]
-    model = build_backbone("cnn", (1, 28, 28), 10)
-    assert model_bytes == sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    assert model_bytes == tensor_bytes(build_backbone("cnn", (1, 28, 28), 10).state_dict())
     for round_, sent in per_round.items():
         assert sent == pytest.approx(10 * model_bytes), round_
     assert summary["events"]["lost_payloads"] == 0

@@ -16,6 +16,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from ring_actors.config import config_from_dict
+from ring_actors.delivery.payload_checks import tensor_bytes
 from ring_actors.delivery.payloads import Payload
 from ring_actors.delivery.wire import to_wire
 from ring_actors.models import build_backbone
@@ -72,8 +73,7 @@ def test_sync_drdfl_ring_learns_sends_its_shared_part_and_writes_the_output_cont
         "lost_payloads": 0,
     }
     # Learngene plus class statistics: about 0.58 M float32 values, far below the whole model.
-    model = build_backbone("cnn", (1, 28, 28), 10)
-    model_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    model_bytes = tensor_bytes(build_backbone("cnn", (1, 28, 28), 10).state_dict())
     assert 0.5e6 * 4 < summary["bytes_per_hop"] < 0.65e6 * 4 < model_bytes
     assert summary["hops"] == 4 * 3
 
