@@ -3,11 +3,11 @@ timeout) fails once, by name, and the run goes on to its summary instead of stal
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.train_cli import REPO
+
 BODIES = {
     "crash": "import os\n\ndef test_down():\n    os._exit(1)\n",
     # The project's timeouts scaled down: stacks after 1 s, the worker ended after 3.
