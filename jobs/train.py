@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -220,5 +221,13 @@ def _print_outcome(summary: dict[str, Any], config: Config) -> int:
     return 0
 
 
+def exit_with(status: int) -> None:
+    """End the process with ``status``, which a Ctrl-C now no longer changes: a run's first
+    Ctrl-C is often followed by a second, and one that lands as Python exits would end the
+    process by that signal instead of with its status."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

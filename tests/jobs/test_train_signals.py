@@ -164,3 +164,30 @@ def test_ctrl_c_while_the_clients_are_placed_ends_cleanly_leaving_no_folder(tmp_
     assert "Traceback" not in out and "run stopped: interrupted while starting" in out, out
     assert sum(line.startswith("run stopped") for line in out.splitlines()) == 1, out[-3000:]
     assert not folder.path.exists()  # a launch that never started leaves no run folder
+
+
+# The command run as ``python -m jobs.train --list``, with an object whose teardown sends the
+# process Ctrl-C: a second Ctrl-C that lands once the command has ended, as Python exits.
+CTRL_C_AS_IT_EXITS = """
+import os, runpy, signal, sys
+
+class CtrlCInTeardown:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+
+late = CtrlCInTeardown()
+sys.argv = ["train", "--list"]
+runpy.run_module("jobs.train", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_as_the_command_exits_leaves_its_exit_status(tmp_path):
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in start_train
+    try:
+        ended = subprocess.run(
+            [sys.executable, "-c", CTRL_C_AS_IT_EXITS], cwd=REPO, capture_output=True, text=True
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert ended.returncode == 0, ended.stderr[-3000:]  # not -2, ended by the signal
+    assert "Traceback" not in ended.stderr, ended.stderr[-3000:]
