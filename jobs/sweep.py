@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from jobs.train import DEFAULT_CONFIG
+from jobs.train import DEFAULT_CONFIG, INTERRUPTED, exit_with
 from ring_actors.config import Config, ConfigError, load_config
 from ring_actors.coordinator.tracking import create_sqlite_store, resolve_tracking_uri
 from ring_actors.preflight.output_folder import finished_summary
@@ -155,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             return _run_points(todo, parent, args)
     except (RunInterrupted, KeyboardInterrupt) as err:  # twice, or before a run started
         print(f"sweep interrupted: run it again to go on ({err or 'interrupted'})", file=sys.stderr)
-        return 130
+        return INTERRUPTED
 
 
 def _run_points(todo: list[Point], parent: str | None, args: argparse.Namespace) -> int:
-    """Each point in turn; 130 at once if one is interrupted, else 1 if any stopped."""
+    """Each point in turn; INTERRUPTED at once if one is interrupted, else 1 if any stopped."""
     from ring_actors.runtime.driver import run_experiment
 
     failed = 0
@@ -173,7 +173,7 @@ def _run_points(todo: list[Point], parent: str | None, args: argparse.Namespace)
         summary = run_experiment(config, point.output_dir, not args.no_progress, resume)
         if summary["stopped"] == "interrupted":
             print("sweep interrupted: run it again to go on", file=sys.stderr)
-            return 130
+            return INTERRUPTED
         failed += bool(summary["stopped"])
         print(
             f"{point.output_dir.name}: Local-T {100 * summary['local_acc']['mean']:.2f} "
@@ -184,4 +184,4 @@ def _run_points(todo: list[Point], parent: str | None, args: argparse.Namespace)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

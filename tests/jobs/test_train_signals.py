@@ -166,8 +166,8 @@ def test_ctrl_c_while_the_clients_are_placed_ends_cleanly_leaving_no_folder(tmp_
     assert not folder.path.exists()  # a launch that never started leaves no run folder
 
 
-# The command run as ``python -m jobs.train --list``, with an object whose teardown sends the
-# process Ctrl-C: a second Ctrl-C that lands once the command has ended, as Python exits.
+# A command run as ``python -m`` would run it, with an object whose teardown sends the process
+# Ctrl-C: a second Ctrl-C that lands once the command has ended, as Python exits.
 CTRL_C_AS_IT_EXITS = """
 import os, runpy, signal, sys
 
@@ -176,18 +176,23 @@ class CtrlCInTeardown:
         os.kill(os.getpid(), signal.SIGINT)
 
 late = CtrlCInTeardown()
-sys.argv = ["train", "--list"]
-runpy.run_module("jobs.train", run_name="__main__", alter_sys=True)
+sys.argv = {argv!r}
+runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
 """
 
 
-def test_ctrl_c_as_the_command_exits_leaves_its_exit_status(tmp_path):
+@pytest.mark.parametrize(
+    "module, argv, status",
+    [("jobs.train", ["train", "--list"], 0), ("jobs.sweep", ["sweep", "algorithm.name=nope"], 2)],
+)
+def test_ctrl_c_as_a_command_exits_leaves_its_exit_status(module, argv, status):
+    script = CTRL_C_AS_IT_EXITS.format(module=module, argv=argv)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in start_train
     try:
         ended = subprocess.run(
-            [sys.executable, "-c", CTRL_C_AS_IT_EXITS], cwd=REPO, capture_output=True, text=True
+            [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True
         )
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert ended.returncode == 0, ended.stderr[-3000:]  # not -2, ended by the signal
+    assert ended.returncode == status, ended.stderr[-3000:]  # not -2: ended by the signal
     assert "Traceback" not in ended.stderr, ended.stderr[-3000:]
