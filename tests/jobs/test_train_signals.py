@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 ROUNDS = 12
 RAY_NODE_TIMED_OUT = "The current node timed out during startup"  # Ray's own 30 s wait
 TRIES = 5  # three timed out in a row here, in a full suite whose load average reached 26
+
+
+@contextmanager
+def ctrl_c_as_in_a_terminal() -> Iterator[None]:
+    """Children started within take Ctrl-C as a terminal's foreground command does. Started
+    from a background job (CI, `pytest &`), this process ignores SIGINT and a child would
+    inherit that; a handled signal is reset to the default in the child."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def start_train(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
@@ -46,11 +59,7 @@ def start_train(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
         f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
         *UNTRACKED,
     ]
-    # Started from a background job (CI, `pytest &`), this process ignores SIGINT and a child
-    # would inherit that; a handled signal is reset to the default in the child, as a
-    # terminal's foreground driver has it.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+    with ctrl_c_as_in_a_terminal():
         driver = subprocess.Popen(
             command,
             cwd=REPO,
@@ -59,8 +68,6 @@ def start_train(tmp_path: Path) -> tuple[subprocess.Popen, RunFolder]:
             text=True,
             start_new_session=True,
         )
-    finally:
-        signal.signal(signal.SIGINT, previous)
     return driver, folder
 
 
@@ -187,12 +194,9 @@ runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
 )
 def test_ctrl_c_as_a_command_exits_leaves_its_exit_status(module, argv, status):
     script = CTRL_C_AS_IT_EXITS.format(module=module, argv=argv)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in start_train
-    try:
+    with ctrl_c_as_in_a_terminal():
         ended = subprocess.run(
             [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True
         )
-    finally:
-        signal.signal(signal.SIGINT, previous)
     assert ended.returncode == status, ended.stderr[-3000:]  # not -2: ended by the signal
     assert "Traceback" not in ended.stderr, ended.stderr[-3000:]
