@@ -51,7 +51,7 @@ from ring_actors.runtime.signals import (
     take_sigterm_back,
 )
 from ring_actors.runtime.worker_deaths import quiet_ray_notices
-from ring_actors.runtime.worker_env import actor_runtime_env, job_runtime_env, start_local_ray
+from ring_actors.runtime.worker_env import actor_options, job_runtime_env, start_local_ray
 from ring_actors.storage.durable import write_atomic
 from ring_actors.storage.redact import public_config, redact_uri
 from ring_actors.storage.run_folder import RunFolder
@@ -149,7 +149,7 @@ def _start_coordinator(
             name=actor_name(run_key, "coordinator"),
             max_restarts=-1,
             max_task_retries=-1,
-            runtime_env=actor_runtime_env(),
+            **actor_options(),
         )
         .remote(
             config,
@@ -226,7 +226,7 @@ def _launch(config: Config, output_dir: Path, resume: bool) -> Experiment:
         max_concurrency=8,
         max_restarts=config.clients.max_restarts,
         scheduling_strategy="SPREAD" if config.clients.placement == "spread" else "DEFAULT",
-        runtime_env=actor_runtime_env(),
+        **actor_options(),
     )
     experiment = Experiment(
         config,

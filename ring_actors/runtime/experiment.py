@@ -21,7 +21,7 @@ from ring_actors.runtime.placement import Placement
 from ring_actors.runtime.slot_math import slot_limit
 from ring_actors.runtime.slots import SlotPool, node_resources, pool_name
 from ring_actors.runtime.worker_deaths import quiet_deaths_in, quiet_deaths_of
-from ring_actors.runtime.worker_env import actor_runtime_env
+from ring_actors.runtime.worker_env import actor_options
 from ring_actors.storage.run_folder import RunFolder
 from ring_actors.timeouts import LaunchTimeouts, Timeouts
 
@@ -110,7 +110,7 @@ class Experiment:
                 name=pool_name(self.run_key, node_id),
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                runtime_env=actor_runtime_env(),
+                **actor_options(),
             ).remote(limit, order=clients.slot_order)
         # Not awaited: a client finds its pool by name and its first request waits for it.
 

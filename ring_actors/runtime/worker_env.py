@@ -68,6 +68,14 @@ def actor_runtime_env() -> dict[str, dict[str, str]]:
     return {"env_vars": dict(ALLOCATOR_ENV)}
 
 
+def actor_options() -> dict[str, Any]:
+    """Ray options of every actor a run starts. Ray would record each call as task events for
+    its dashboard's task table, sent to the GCS: a run's control calls (a ping a second per
+    client, slot renewals, pushes) cost every process and the GCS their share, and the run's
+    own events and tables already say what happened."""
+    return {"runtime_env": actor_runtime_env(), "enable_task_events": False}
+
+
 def job_runtime_env(py_modules: tuple[str, ...]) -> dict[str, Any]:
     """The driver's ``runtime_env``: the user's own modules, shipped to every worker."""
     return {"py_modules": [str(Path(m).resolve()) for m in py_modules]} if py_modules else {}

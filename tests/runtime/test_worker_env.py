@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 
 import pytest
 
-from ring_actors.runtime.worker_env import ALLOCATOR_ENV, actor_runtime_env
+from ring_actors.runtime.worker_env import ALLOCATOR_ENV, actor_options, actor_runtime_env
 
 STEPS = 24
 
@@ -122,3 +123,38 @@ def test_a_ray_started_by_the_run_gives_its_actors_the_settings_without_a_runtim
         assert ray.get(actor.read.remote()) == {"env": ALLOCATOR_ENV, "arenas": 1}
     finally:
         ray.kill(actor)
+
+
+class _Pinged:
+    def ping(self) -> int:
+        return 1
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_the_runs_actors_leave_their_calls_out_of_the_clusters_task_table():
+    """Calls to an actor started with the run's options reach the GCS as no task events;
+    an actor with Ray's defaults, beside it, shows that the table does record calls."""
+    import ray
+    from ray._private.state import state
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    declared = ray.remote(num_cpus=0)(_Pinged)
+    quiet, recorded = declared.options(**actor_options()).remote(), declared.remote()
+    try:
+        ray.get([actor.ping.remote() for actor in (quiet, recorded) for _ in range(5)])
+
+        def pings_of(actor: object) -> int:
+            wanted = actor._actor_id.binary()  # type: ignore[attr-defined]
+            return sum(
+                event.task_info.name.endswith("ping") and event.task_info.actor_id == wanted
+                for event in state._get_all_task_events()
+            )
+
+        deadline = time.monotonic() + 30  # workers send their events once a second
+        while pings_of(recorded) < 5 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert pings_of(recorded) == 5
+        assert pings_of(quiet) == 0
+    finally:
+        for actor in (quiet, recorded):
+            ray.kill(actor)
