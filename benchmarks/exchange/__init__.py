@@ -34,7 +34,9 @@ client-round; with two round counts, also the difference between the two runs pe
 added, which leaves the launch out, in all and by kind. Beside them, what the client actors
 measure themselves: their process's CPU per round less its training (``process_cpu_s`` less
 ``train_cpu_s``), the mean over rounds after the first: no launch in it, and far less noise
-than a difference of two launches, which varies by several core-seconds on two cores.
+than a difference of two launches, which varies by several core-seconds on two cores; and the
+same less the local training alone (``train_cpu_s`` less ``merge_cpu_s``), which counts a
+method's average as the framework's whether a lap or a merge of pushes does it.
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         header = ["method", "clients", "checkpoint", "every rounds", "laps in chunks",
                   "s per round",
                   "core-s per client-round",
-                  "a client's own, beyond training", "an idle actor's, a round",
+                  "a client's own, beyond training", "beyond local training",
+                  "an idle actor's, a round",
                   "added per client-round",
                   *(f"added: {kind}" for kind in kinds), "client peak RSS MB"]  # fmt: skip
         parts.append(markdown_table(header, [
@@ -148,6 +151,7 @@ def table(rows: list[dict[str, Any]]) -> str:
              r["chunked_laps"],
              _or_none(r["runs"][-1].get("round_s")), f"{r['core_s_per_client_round']:.3f}",
              _or_none(r["clients_own_core_s_beyond_training"]),
+             _or_none(r["clients_own_core_s_beyond_local_training"]),
              _or_none(r.get("idle_floor_per_client_round")),
              _or_none(r["added_core_s_per_client_round"]),
              *(_or_none((r["added_by_kind"] or {}).get(kind)) for kind in kinds),

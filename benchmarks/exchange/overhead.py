@@ -96,7 +96,11 @@ def overhead_run(
     reports = [(r, m) for r, by_client in history.by_round.items() for m in by_client.values()]
     train_cpu_s = sum(m.get("train_cpu_s", 0.0) for _, m in reports)
     # Round 0 also counts the client's start, from its construction.
-    beyond = [m["process_cpu_s"] - m["train_cpu_s"] for r, m in reports if r > 0]
+    later = [m for r, m in reports if r > 0]
+    beyond = [m["process_cpu_s"] - m["train_cpu_s"] for m in later]
+    # A method's average is framework work whether a lap does it or a merge of pushes (which
+    # the clients count in ``train_cpu_s``): this leaves the local training alone out.
+    beyond_local = [b + m.get("merge_cpu_s", 0.0) for b, m in zip(beyond, later, strict=True)]
     return {
         "rounds": rounds,
         "rounds_completed": summary["rounds_completed"],
@@ -109,6 +113,9 @@ def overhead_run(
         "trained_client_rounds": sum("train_cpu_s" in m for _, m in reports),
         "core_s_per_client_round": (sum(by_kind.values()) - train_cpu_s) / (clients * rounds),
         "clients_own_core_s_beyond_training": statistics.mean(beyond) if beyond else None,
+        "clients_own_core_s_beyond_local_training": (
+            statistics.mean(beyond_local) if beyond_local else None
+        ),
         # Memory per client process: each one's peak resident set, over the run.
         "client_peak_rss_mb": _peak_rss(history.by_round),
     }
@@ -170,7 +177,8 @@ def overhead_row(method: str, clients: int, args: argparse.Namespace, tmp: Path)
     row["idle_floor_per_client_round"] = (
         row["idle_actor_core_s_per_s"] * runs[-1]["round_s"] if runs[-1]["round_s"] else None
     )
-    row["clients_own_core_s_beyond_training"] = runs[-1]["clients_own_core_s_beyond_training"]
+    for key in ("clients_own_core_s_beyond_training", "clients_own_core_s_beyond_local_training"):
+        row[key] = runs[-1][key]
     row["added_core_s_per_client_round"] = None
     row["added_by_kind"] = None
     if len(runs) > 1:

@@ -46,6 +46,7 @@ class RoundMeter:
             merged=float(merged),
             train_s=trained.train_s,
             train_cpu_s=trained.train_cpu_s,
+            merge_cpu_s=trained.merge_cpu_s,
             process_cpu_s=self._process_cpu_s(),
             slot_wait_s=self.slots.waited_s - slot_wait_before,
             round_s=time.monotonic() - started,

@@ -36,11 +36,13 @@ class TrainingHost(Events, Protocol):
 class Trained:
     """A round's training: the method's metrics, the wall and thread CPU seconds it took
     (below the wall time when work beside the slot holders takes the core, or with several
-    torch threads) and the slower device's extra seconds."""
+    torch threads) and the slower device's extra seconds. The CPU counts the merge of what
+    was taken: ``merge_cpu_s`` is that part, the averaging a lap method does outside it."""
 
     metrics: dict[str, float]
     train_s: float
     train_cpu_s: float
+    merge_cpu_s: float
     slowed_s: float
 
 
@@ -76,10 +78,12 @@ class Training:
             method.begin_round(round_)
             taken = self.control.taken(received)
             method.merge([p.to(self.device) for p in taken])
+            merge_cpu_s = time.thread_time() - computing_cpu
             metrics = method.train_round(self.data.train)
             train_s = time.monotonic() - computing
             train_cpu_s = time.thread_time() - computing_cpu
-        return Trained(metrics, train_s, train_cpu_s, self._slow_down(round_, train_s))
+        slowed_s = self._slow_down(round_, train_s)
+        return Trained(metrics, train_s, train_cpu_s, merge_cpu_s, slowed_s)
 
     def _slow_down(self, round_: int, train_s: float) -> float:
         """A slower device's extra time, slept outside the slot (never past the budget)."""

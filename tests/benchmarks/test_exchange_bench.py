@@ -87,6 +87,11 @@ def test_the_framework_cpu_per_client_round_of_a_run(tmp_path):
         assert 0 < run["round_s"] < run["wall_s"]  # the rounds, without the launch
     assert row["core_s_per_client_round"] == row["runs"][-1]["core_s_per_client_round"]
     assert row["clients_own_core_s_beyond_training"] > 0  # round 1's, as the clients measured
+    # round 1 merges what round 0 pushed: the merge counts beyond the local training
+    beyond, beyond_local = (
+        row[f"clients_own_core_s_beyond_{part}"] for part in ("training", "local_training")
+    )
+    assert beyond_local > beyond
     assert row["added_core_s_per_client_round"] == pytest.approx(sum(row["added_by_kind"].values()))
     # Ray's own loops: some CPU (a few 10 ms ticks in 3 s), far from a core
     assert 0 < row["idle_actor_core_s_per_s"] < 1

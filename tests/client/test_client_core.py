@@ -42,6 +42,17 @@ def test_a_round_reports_the_training_threads_cpu_time_beside_its_wall_time():
     assert 0 < metrics["train_cpu_s"] <= metrics["train_s"] + 0.01
 
 
+def test_a_round_reports_the_merge_of_what_it_took_as_part_of_its_training_cpu():
+    client = lone_client("dfedavg")
+    assert client.run_round(0)  # nothing to take in round 0
+    assert client.receive(share(client, 2, 0))
+    assert client.run_round(1)
+    first, second = client.control.rounds
+    assert 0 <= first["merge_cpu_s"] < first["train_cpu_s"]
+    assert 0 < second["merge_cpu_s"] < second["train_cpu_s"]
+    assert second["merged"] == 1
+
+
 def test_a_round_publishes_one_copy_of_what_its_push_and_its_hand_off_share():
     client = lone_client("dfedavg")
     assert client.run_round(0)
