@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from dataclasses import replace
 
 import torch
 
@@ -19,9 +20,10 @@ from tests.helpers.client_links import Reports
 from tests.helpers.synthetic import separable
 
 SHAPE = (1, 4, 4)  # a small network: every replay builds fresh cores
-# Members give up a lap after 6 hops: 3.6 s, which a thread starved by a loaded suite outlasted
-# at 0.3 s a hop ("member 0 gave up"). The waits cost wall time, not CPU.
-HOP_S = 0.6
+# A hop's timeout sets the retries and resends a schedule waits for; giving a lap up takes
+# 3.6 s, which a thread starved by a loaded suite outlasted at 1.8 s ("member 0 gave up").
+HOP_S = 0.2
+GIVE_UP_S = 3.6
 DATA = separable(16, 4, SHAPE)
 
 
@@ -108,7 +110,9 @@ def ring(
     view = View(1, tuple(range(members)), (0,) * members)
     data = ClientData(DATA, DATA, DATA)
     for m in range(members):
-        net.cores[m] = ClientCore(m, config, METHODS[m], data, Reports(), cores=cores)
+        core = ClientCore(m, config, METHODS[m], data, Reports(), cores=cores)
+        core.timeouts = core.laps.timeouts = replace(core.timeouts, lap_give_up_s=GIVE_UP_S)
+        net.cores[m] = core
         if chunked:
             net.cores[m].laps.chunk_min_bytes = 0
     for m in range(members):
