@@ -62,25 +62,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: _module(item) in on_ray)
 
 
-# The two modules whose rings run longest go to one worker, one after the other: rings of
-# three modules at once slowed each other (tests/durations.md, 2026-12-05).
-ONE_AFTER_ANOTHER = ("tests/runtime/test_driver.py", "tests/runtime/test_resume.py")
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """xdist's ``loadfile`` scheduling, with ``ONE_AFTER_ANOTHER`` as one file."""
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class OneAfterAnother(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            return ONE_AFTER_ANOTHER[0] if scope in ONE_AFTER_ANOTHER else scope
-
-    return OneAfterAnother(config, log)
-
-
 def pytest_sessionfinish() -> None:
     """The shared Ray stops with the session."""
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
