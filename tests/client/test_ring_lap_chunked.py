@@ -15,7 +15,7 @@ from ring_actors.config import config_from_dict
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.payloads import Channel, LapHeader, Payload
 from tests.helpers.lap_sums import LAP, ROUND
-from tests.helpers.scheduled_network import CONFIG, Net, ring
+from tests.helpers.scheduled_network import CONFIG, Net, give_up_after, ring
 
 Parts = dict[str, torch.Tensor]
 
@@ -163,7 +163,7 @@ def test_a_part_of_another_shape_is_refused_not_added():
     net, _ = ring(3)
     for core in net.cores.values():
         core.laps.chunk_min_bytes = 0
-        core.laps.timeouts = type(core.timeouts)(**{**vars(core.timeouts), "lap_give_up_s": 1.0})
+        give_up_after(core, 1.0)
     parts = {m: {"x": torch.full((2, 3), 1.0)} for m in range(3)}
     parts[2] = {"x": torch.full((3, 2), 1.0)}
     results, _ = run_lap(net, parts)
@@ -272,7 +272,7 @@ def test_a_part_of_another_dtype_is_refused_not_added():
     net, _ = ring(3)
     for core in net.cores.values():
         core.laps.chunk_min_bytes = 0
-        core.laps.timeouts = type(core.timeouts)(**{**vars(core.timeouts), "lap_give_up_s": 1.0})
+        give_up_after(core, 1.0)
     parts = {m: {"x": torch.full((2, 3), 1.0)} for m in range(3)}
     parts[2] = {"x": torch.full((2, 3), 1.0, dtype=torch.float64)}
     results, _ = run_lap(net, parts)

@@ -110,14 +110,18 @@ def ring(
     view = View(1, tuple(range(members)), (0,) * members)
     data = ClientData(DATA, DATA, DATA)
     for m in range(members):
-        core = ClientCore(m, config, METHODS[m], data, Reports(), cores=cores)
-        core.timeouts = core.laps.timeouts = replace(core.timeouts, lap_give_up_s=GIVE_UP_S)
-        net.cores[m] = core
+        net.cores[m] = ClientCore(m, config, METHODS[m], data, Reports(), cores=cores)
+        give_up_after(net.cores[m], GIVE_UP_S)
         if chunked:
             net.cores[m].laps.chunk_min_bytes = 0
     for m in range(members):
         adopt(net, m, view)
     return net, view
+
+
+def give_up_after(core: ClientCore, seconds: float) -> None:
+    """``core`` abandons a lap ``seconds`` after it began, whatever its hop timeout."""
+    core.timeouts = core.laps.timeouts = replace(core.timeouts, lap_give_up_s=seconds)
 
 
 def adopt(net: Net, member: int, view: View) -> None:
