@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -27,7 +28,7 @@ from ring_actors.delivery.outbox import NotKept, Outbox
 from ring_actors.delivery.payloads import Channel, Payload, detach_to_cpu
 from ring_actors.delivery.spool import Spool
 from ring_actors.delivery.transport import ControlLink
-from ring_actors.storage.durable import remove_drafts, write_atomic
+from ring_actors.storage.durable import fsync_dir, moved, remove_drafts, write_atomic
 from ring_actors.storage.safe_load import load_allowlisted
 from ring_actors.storage.state_files import save_state
 
@@ -75,6 +76,13 @@ class PushSpool:
         schedule, rounds = self.config.schedule, self.config.experiment.rounds
         return schedule.mode != "sync" or payload.round < rounds - 1
 
+    def forget_after(self, rounds: Mapping[int, int]) -> None:
+        """Drop the pushes each sender of ``rounds`` sent after its round there, queued and
+        kept: a resumed run restarts it from that round, so it sends them again."""
+        dropped = self.inbox.forget_after(Channel.SHARE, rounds)
+        if self.spool is not None:
+            self.spool.discard(self.spool.names_of(p.key for p in dropped))
+
     def merged(self) -> set[str]:
         """The kept pushes a checkpoint taken now covers (merged: no longer in the inbox),
         to delete once it is on disk; one kept after this call is never among them."""
@@ -89,11 +97,13 @@ class PushSpool:
         if self.spool is not None:
             self.spool.discard(names)
 
-    def restore(self, device: torch.device) -> None:
-        """Queue again what was acknowledged before a crash."""
+    def restore(self, device: torch.device, merged: set[str]) -> None:
+        """Queue again what was acknowledged before a crash, but for the pushes ``merged``
+        (those the restored checkpoint took: the spool keeps them for the one before)."""
         assert self.spool is not None
         for payload in self.spool.load(device):
-            self.inbox.put(payload)
+            if not self.spool.names_of((payload.key,)) & merged:
+                self.inbox.put(payload)
 
 
 class CheckpointHost(Protocol):
@@ -105,7 +115,13 @@ class CheckpointHost(Protocol):
 @dataclass(eq=False)
 class Checkpointing:
     """A client's own checkpoint after the rounds its policy names, and its restore after
-    a restart. The round takes a snapshot; a writer thread puts it on disk."""
+    a restart. The round takes a snapshot; a writer thread puts it on disk.
+
+    The checkpoint before the newest stays on disk too, so that a resumed run can restore
+    every member at one round (``restore_at_most``), the newest that all of them hold: the
+    rounds since are redone by everyone, and no member needs a lap's total or a push that
+    only a peer's newer checkpoint had. The laps' totals are kept on disk only with the
+    last round's checkpoint, for the peers a finished member leaves behind."""
 
     id: int
     path: Path | None
@@ -123,6 +139,11 @@ class Checkpointing:
     lap_files: LapTotalFiles | None = field(init=False)
     writer: CheckpointWriter = field(init=False)
     saved_round: int = field(init=False, default=-1)
+    saved_final: bool = field(init=False, default=False)
+    # The checkpoints on disk (the writer's thread sets them), and the pushes the newest
+    # one merged: retired once the checkpoint before it is replaced too.
+    disk_rounds: tuple[int, ...] = field(init=False, default=())
+    merged_by_newest: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         path = self.path
@@ -141,27 +162,48 @@ class Checkpointing:
         if self.path is not None and self.policy.due(round_, self.last_round):
             self.save(round_)
 
+    def joined(self, round_: int) -> None:
+        """A joiner's first state, as of the round before its first: a resumed run whose
+        members restart before that round restores the joiner from it."""
+        if self.path is not None:
+            self.save(round_)
+
     def finish(self, round_: int) -> None:
         """The loop is over: the newest state saved and on disk before the run's end, and no
         draft kept for a next write beside it (a run's folder may be uploaded whole)."""
         if self.path is not None:
-            if round_ > self.saved_round:
-                self.save(round_)
+            if round_ > self.saved_round or not self.saved_final:
+                self.save(round_, final=True)
             self.writer.flush()
             self.spare.unlink(missing_ok=True)
+            self.previous.unlink(missing_ok=True)  # a finished member is not rolled back
+            self.disk_rounds = self.disk_rounds[-1:]
+            self.kept.discard(self.merged_by_newest)
             assert self.lap_files is not None and self.kept.spool is not None
             self.lap_files.spares.clear()
             self.kept.spool.spares.clear()  # a push arriving later makes a file of its own
 
     @property
     def spare(self) -> Path:
-        """The checkpoint before the last, the next one's draft."""
+        """The next checkpoint's draft: the file of the one before the previous."""
         assert self.path is not None
         return self.path.with_name(f".{self.path.name}.spare.tmp")
 
-    def save(self, round_: int) -> None:
+    @property
+    def previous(self) -> Path:
+        """The checkpoint the newest replaced."""
+        assert self.path is not None
+        return self.path.with_suffix(".previous")
+
+    def saved_rounds(self) -> tuple[int, ...]:
+        """The rounds of the checkpoints on disk, oldest first."""
+        self.writer.flush()
+        return self.disk_rounds
+
+    def save(self, round_: int, final: bool = False) -> None:
         """Snapshot the private state after ``round_``, for a restarted client to resume
-        from, and hand it to the writer."""
+        from, and hand it to the writer; ``final``: the loop is over, and peers still
+        behind may ask for the laps' totals."""
         path = self.path
         assert path is not None
         # A receiver keeps every push it acknowledged (its spool): a restart needs only those
@@ -170,8 +212,9 @@ class Checkpointing:
         with self.published.lock:
             last = self.published.last_push
             # What peers a round behind still ask for after a restart: pulls of what was
-            # published, and the laps' totals. Not ``pushed_to``: a restarted client's sends
-            # are unacknowledged again, so it re-sends its pushes to every out-neighbour.
+            # published (and, at the run's end, the laps' totals). Not ``pushed_to``: a
+            # restarted client's sends are unacknowledged again, so it re-sends its pushes
+            # to every out-neighbour.
             published = dict(self.published.by_round)
         older = {p.key: p for p in waiting if p is not last}  # one per push, not per target
         # A background write gets a copy of the method, which the round goes on changing (one
@@ -184,8 +227,10 @@ class Checkpointing:
         pushes = [*older.values(), *([last] if last else [])]
         lap_files = self.lap_files
         assert lap_files is not None
-        spare = self.spare  # the version before, written over
-        totals = self.laps.kept()  # a kept total never changes: the writer reads it later
+        spare, previous = self.spare, self.previous
+        final = final or round_ >= self.last_round
+        # A kept total never changes: the writer reads it later.
+        totals = self.laps.kept() if final else {}
         laps = sorted(totals)
         state = {
             "round": round_,
@@ -197,25 +242,50 @@ class Checkpointing:
             "laps": laps,
             "torch_rng": torch.get_rng_state(),
         }
-        merged = self.kept.merged()
+        merged = state["merged"] = self.kept.merged()
 
         def write() -> None:
             lap_files.keep(totals)  # only totals not on disk yet are written
-            write_atomic(path, partial(save_state, state), spare=spare, replaced_to=spare)
+            state["previous_round"] = self.disk_rounds[-1] if self.disk_rounds else None
+            if moved(previous, spare):  # the one before the previous: this one's draft
+                self.disk_rounds = self.disk_rounds[-1:]
+            write_atomic(path, partial(save_state, state), spare=spare, replaced_to=previous)
+            self.disk_rounds = (*self.disk_rounds[-1:], round_)
             lap_files.retain(laps)  # the totals no checkpoint lists any more
-            self.kept.discard(merged)  # what this checkpoint merged is no longer needed
+            # What both checkpoints on disk merged is no longer needed.
+            self.kept.discard(self.merged_by_newest)
+            self.merged_by_newest = merged
 
         self.writer.submit(write)
-        self.saved_round = round_
+        self.saved_round, self.saved_final = round_, final
 
-    def load(self) -> int | None:
-        """Restore the last checkpoint and re-send the reports a crash may have cut off;
-        its round, or None when there is none (a restart on a new node)."""
+    def roll_back(self, at_most: int, restarts: Mapping[int, int]) -> int:
+        """Back to the checkpoint before the newest if the newest is of a round after
+        ``at_most``, and without the pushes peers sent after the round each ``restarts``
+        from: they redo those rounds and send them again. The round restored."""
+        if self.progress.completed > at_most:
+            self.load(at_most)
+        self.kept.forget_after(restarts)
+        return self.progress.completed
+
+    def load(self, restore_at_most: int | None = None) -> int | None:
+        """Restore the last checkpoint (or the one before, when the last is of a round past
+        ``restore_at_most``) and re-send the reports a crash may have cut off; its round,
+        or None when there is none (a restart on a new node)."""
         path = self.path
         if path is None or not path.exists():
             return None
         saved = load_client_state(path, self.device)
-        self.saved_round = saved["round"]
+        past = restore_at_most is not None and saved["round"] > restore_at_most
+        if past and moved(self.previous, path):  # the newer one is of rounds to be redone
+            fsync_dir(path.parent)
+            saved = load_client_state(path, self.device)
+            saved["previous_round"] = None
+        previous = saved.get("previous_round")
+        has_previous = previous is not None and self.previous.exists()
+        self.disk_rounds = (previous, saved["round"]) if has_previous else (saved["round"],)
+        self.merged_by_newest = set()
+        self.saved_round, self.saved_final = saved["round"], False
         self.host.algorithm = saved["algorithm"]
         self.progress.completed = saved["round"]
         self.progress.first_round = saved["first_round"]
@@ -232,7 +302,7 @@ class Checkpointing:
         assert self.lap_files is not None
         self.laps.restore(self.lap_files.load(saved["laps"], self.device))
         torch.set_rng_state(saved["torch_rng"])
-        self.kept.restore(self.device)  # acknowledged before the crash
+        self.kept.restore(self.device, saved["merged"])  # acknowledged before the crash
         for entry in entries:
             if entry.kind == "round":
                 self.control.report_round(self.id, entry.round, entry.metrics)

@@ -31,12 +31,7 @@ from ring_actors.client.method_factory import client_seed
 from ring_actors.client.resources import ClientData, SlotHolder, Ungated
 from ring_actors.client.ring_lap import RingLaps
 from ring_actors.client.round_meter import RoundMeter
-from ring_actors.client.slot_release import (
-    IdleRelease,
-    idle_facts,
-    offloads,
-    offloads_parameters,
-)
+from ring_actors.client.slot_release import IdleRelease, idle_facts, offloads, offloads_parameters
 from ring_actors.client.state import Journal, Membership, PayloadSpecs, Progress, Published
 from ring_actors.client.training import Training, scored
 from ring_actors.config import Config
@@ -166,10 +161,8 @@ class ClientCore:
         self.slots.release()  # what building the method cached is not kept while waiting
 
     def start(self, first_round: int = 0, joining: Joining | None = None) -> None:
-        """Start the round loop on its own thread and return at once.
-
-        A joining client first waits for its donor's hand-off and initialises from it.
-        """
+        """Start the round loop on its own thread and return at once; a joining client
+        first waits for its donor's hand-off and initialises from it."""
         if self.thread is None:
             if self.progress.completed >= 0:  # restored from a checkpoint: skip its fault
                 self.resumed_after = first_round
@@ -178,11 +171,9 @@ class ClientCore:
             self._start_thread(first_round, joining)
 
     def resume(self, struck_through: int = -1) -> None:
-        """Continue a run from this client's checkpoint: the round after the saved one.
-
-        The plan's entries strike from the round after ``struck_through`` on (the last round
-        the coordinator heard of, which a checkpoint taken every few rounds may lag): the
-        rounds redone since the checkpoint struck theirs before the run stopped."""
+        """Continue a run from the round after the checkpoint's; the plan's entries strike
+        after ``struck_through`` (the last round the coordinator heard of): the rounds redone
+        since the checkpoint struck theirs before the run stopped."""
         if self.thread is None:
             self.resumed_after = max(self.progress.completed, struck_through)
             self._start_thread(self.progress.completed + 1, joining=None)
@@ -215,6 +206,14 @@ class ClientCore:
     def ping(self) -> int:
         """Heartbeat: the last round this client finished."""
         return self.progress.completed
+
+    def saved_rounds(self) -> tuple[int, ...]:
+        return self.checkpoint.saved_rounds()
+
+    def restore(self, at_most: int, restarts: Mapping[int, int]) -> int:
+        """Before a resumed run's loop: its state of round ``at_most`` or before."""
+        ready = self.thread is None
+        return self.checkpoint.roll_back(at_most, restarts) if ready else self.completed
 
     def journal(self) -> list[dict]:
         """Every report sent to the coordinator, for a restarted coordinator to replay."""
@@ -295,6 +294,7 @@ class ClientCore:
                 with self.slots.resident():
                     self.algorithm.joining(first_round)
                 self.exchange.initialise_from_hand_off(joining.donor)
+                self.checkpoint.joined(first_round - 1)
             self._rounds(first_round)
             self.availability.rounds_over()
             self._score_at_budget_end()

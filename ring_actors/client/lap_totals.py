@@ -1,11 +1,10 @@
-"""The laps' totals a client's checkpoint keeps, one file each, written once.
+"""The laps' totals a finished client's checkpoint keeps, one file each.
 
-A client keeps the totals of its last few laps for peers a round behind (``ring_lap.py``).
-A checkpoint that held them would write each one again every round: five model-sized totals
-for FedAvg's one lap a round, more than the model, its optimiser and its push together. A
-total never changes once kept, so each is written to a file of its own at the first
-checkpoint after it and retired once no checkpoint lists it (``SpareFiles``: its file is a
-later total's draft): a round writes only its own laps' totals.
+A resumed run restores every live member at one round (``checkpoint.py``), so the rounds
+redone are redone by all and each lap is summed again; but a member that finished the run is
+not resumed, and peers still behind it ask it for the totals of the laps they redo. So the
+last round's checkpoint writes the totals a client still keeps, each to a file of its own,
+and retires those it no longer lists (``SpareFiles``: its file is a later total's draft).
 """
 
 from __future__ import annotations

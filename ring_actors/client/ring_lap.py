@@ -217,8 +217,10 @@ class RingLaps:
             return dict(self.results)
 
     def restore(self, results: dict[tuple[str, int], LapResult]) -> None:
+        """The results a checkpoint kept, in place of any held."""
         with self.lock:
-            self.results.update(results)
+            self.results = dict(results)
+            self.finished_by.clear()
 
     def forget_before(self, round_: int) -> None:
         """Drop results older than ``round_``: the ring never needs them again."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +20,7 @@ from ring_actors.coordinator.roster import Roster
 from ring_actors.coordinator.untracked import RunTracker
 from ring_actors.delivery.event_kinds import EventKind
 from ring_actors.delivery.journal import JournalEntry
-from ring_actors.delivery.transport import ClientHandle, Pending
+from ring_actors.delivery.transport import ClientHandle, Pending, wait_all
 from ring_actors.timeouts import Timeouts
 
 RECORD_EVERY_S = 0.5  # the record is rewritten at most this often, unforced
@@ -119,7 +119,8 @@ class Recovery:
         return True
 
     def resume_run(self) -> None:
-        """Continue a resumed run: every member with rounds left, from its own checkpoint.
+        """Continue a resumed run: every member with rounds left, from its own checkpoint,
+        the live ones all from the newest round each of them holds (``common_round``).
 
         Live members resume in the view. One away when the run stopped resumes too, or its
         new actor's loop never starts and the run never ends: one offline and due back later
@@ -142,7 +143,9 @@ class Recovery:
                 detail = f"back from offline as the run resumed, from round {first}"
                 self.changes.event(EventKind.REJOIN, client_id, first, detail)
             journals = {c: roster.handles[c].journal() for c in running + away}
+            saved = {c: roster.handles[c].saved_rounds() for c in running}
         self._replay_journals(journals)
+        self._restart_together(running, wait_all(saved, self.timeouts.journal_s))
         with self.lock:
             detail = f"members {running}" + (f", away {away}" if away else "")
             self.changes.event(EventKind.RUN_RESUMED, -1, -1, detail)
@@ -157,6 +160,17 @@ class Recovery:
                     handles[client_id].start(first_rounds[client_id])
                 else:
                     handles[client_id].resume(members[client_id].last_round)
+
+    def _restart_together(self, running: list[int], answers: Mapping[int, object]) -> None:
+        """Restore the live members at one round, before any view has them send again."""
+        saved = {c: r for c, r in answers.items() if isinstance(r, (tuple, list)) and r}
+        at_most = common_round(saved)
+        if at_most is None:
+            return
+        restarts = {c: restart_round(rounds, at_most) for c, rounds in saved.items()}
+        handles = self.roster.handles
+        calls = {c: handles[c].restore(at_most, restarts) for c in running}
+        wait_all(calls, self.timeouts.journal_s)
 
     def _away_with_a_loop(self, client_id: int) -> bool:
         """Offline, or bypassed as hung, with an actor of this run to resume."""
@@ -197,3 +211,17 @@ class Recovery:
             )
             return 1
         return 0
+
+
+def common_round(saved: Mapping[int, Sequence[int]]) -> int | None:
+    """The round the live members of a resumed run restart after: the oldest of their
+    newest checkpoints (each also holds the one before). A member rolled back with the
+    rest redoes rounds its peers redo too, so no peer needs a lap's total or a push that
+    only a newer checkpoint of its had. None: no member holds a checkpoint."""
+    return min((rounds[-1] for rounds in saved.values()), default=None)
+
+
+def restart_round(rounds: Sequence[int], at_most: int) -> int:
+    """The round of the checkpoint a member with checkpoints of ``rounds`` (oldest first)
+    restores when asked for one of ``at_most`` or before: its newest, else the one before."""
+    return rounds[-1] if rounds[-1] <= at_most else rounds[0]

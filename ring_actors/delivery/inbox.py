@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ring_actors.delivery.payloads import Payload
 
@@ -113,6 +113,23 @@ class Inbox:
             kept_keys = {p.key for p in newest.values()}
             self._seen = {k for k in self._seen if k[1] >= round_ or k in kept_keys}
             self._items = [p for p in self._items if p.round >= round_ or id(p) in kept]
+
+    def forget_after(self, channel: str, rounds: Mapping[int, int]) -> list[Payload]:
+        """Drop what each sender of ``rounds`` sent on ``channel`` after its round there, as
+        if it never came (the sender redoes those rounds and sends it again); the dropped."""
+
+        def later(sender: int, round_: int) -> bool:
+            return sender in rounds and round_ > rounds[sender]
+
+        with self._cond:
+            dropped = [p for p in self._items if p.channel == channel and later(p.sender, p.round)]
+            gone = {p.key for p in dropped}
+            self._items = [p for p in self._items if p.key not in gone]
+            self._seen = {k for k in self._seen if k[3] != channel or not later(k[0], k[1])}
+            for sender in rounds:
+                seen = [k[1] for k in self._seen if k[3] == channel and k[0] == sender]
+                self._newest[(channel, sender)] = max(seen, default=-1)
+        return dropped
 
     def __len__(self) -> int:
         with self._cond:

@@ -165,6 +165,9 @@ class ClientHandle(Protocol):
     @remote(Reply.NONE)
     def resume(self, struck_through: int = -1) -> None: ...
 
+    @remote(Reply.PENDING)
+    def restore(self, at_most: int, restarts: Mapping[int, int]) -> Pending[int]: ...
+
     @remote(Reply.NONE)
     def hand_off(self, joiner: int, handle: ClientHandle, round_: int) -> None: ...
 
@@ -175,6 +178,9 @@ class ClientHandle(Protocol):
 
     @remote(Reply.PENDING, control=True)
     def journal(self) -> Pending[list[dict]]: ...
+
+    @remote(Reply.PENDING)
+    def saved_rounds(self) -> Pending[tuple[int, ...]]: ...
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def write_atomic(
     # Unique per writer: two threads or processes writing one path never share a draft.
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     mode = "wb"
-    if spare is not None and _moved(spare, tmp):
+    if spare is not None and moved(spare, tmp):
         mode = "r+b"  # no truncation on open: its pages are overwritten, its tail cut after
     try:
         with open(tmp, mode) as file:
@@ -63,7 +63,8 @@ def write_atomic(
         fsync_dir(path.parent)
 
 
-def _moved(source: Path, target: Path) -> bool:
+def moved(source: Path, target: Path) -> bool:
+    """Rename ``source`` over ``target``; False if there was no ``source``."""
     try:
         os.replace(source, target)
     except FileNotFoundError:

@@ -162,24 +162,29 @@ def test_a_last_push_equal_to_the_model_is_written_once_and_restored_apart_from_
         assert torch.equal(again.tensors[name], tensor), name
 
 
-def test_a_laps_total_is_written_once_and_a_restore_gets_every_total_still_kept(tmp_path):
-    client, _ = _checkpointing_client(tmp_path, "fedavg")
+def test_only_the_last_rounds_checkpoint_writes_the_laps_totals_and_a_restore_gets_them(
+    tmp_path,
+):
+    """Every member of a resumed run restarts at one round, so no peer asks a checkpoint for
+    a lap's total but a finished member's: only the last round's checkpoint keeps them."""
+    client, _ = _checkpointing_client(tmp_path, "fedavg", experiment={"rounds": 5})
     totals = {r: {"x": torch.full((2**18,), float(r), dtype=torch.float64)} for r in range(5)}
     total_bytes = 2**18 * 8
     for round_ in range(4):
         client.laps.results[("avg", round_)] = LapResult(totals[round_], (0, 1, 2))
     client.save_checkpoint(3)
-    files = {p.name: p.stat().st_ino for p in (tmp_path / "c.laps").glob("*.pt")}
+    assert list((tmp_path / "c.laps").glob("*.pt")) == []
+    assert (tmp_path / "c.pt").stat().st_size < _bytes_saved(client.algorithm) + total_bytes / 2
     client.laps.results[("avg", 4)] = LapResult(totals[4], (0, 1))
     client.laps.forget_before(2)
-    client.save_checkpoint(4)
-    after = {p.name: p.stat().st_ino for p in (tmp_path / "c.laps").glob("*.pt")}
-    assert len(after) == 3 and len(set(after) & set(files)) == 2  # rounds 0 and 1 are gone
-    assert all(after[name] == files[name] for name in set(after) & set(files))  # not rewritten
-    # the second checkpoint holds the method and at most the one new total, not all three
-    assert (tmp_path / "c.pt").stat().st_size < _bytes_saved(client.algorithm) + 1.5 * total_bytes
+    client.save_checkpoint(4)  # the last round
+    assert sorted(p.name for p in (tmp_path / "c.laps").glob("*.pt")) == [
+        "avg-2.pt",
+        "avg-3.pt",
+        "avg-4.pt",
+    ]
 
-    restored, _ = _checkpointing_client(tmp_path, "fedavg")
+    restored, _ = _checkpointing_client(tmp_path, "fedavg", experiment={"rounds": 5})
     assert restored.load_checkpoint() == 4
     assert sorted(restored.laps.kept()) == [("avg", 2), ("avg", 3), ("avg", 4)]
     for round_ in (2, 3, 4):
@@ -188,57 +193,83 @@ def test_a_laps_total_is_written_once_and_a_restore_gets_every_total_still_kept(
     assert restored.lap_result("avg", 4).contributors == (0, 1)
 
 
-def test_a_checkpoint_and_a_new_total_are_written_over_files_no_longer_needed(tmp_path):
-    """The checkpoint before the last is the next one's draft, and a total no checkpoint
-    lists any more a later total's: model-sized files every few rounds, pages reused."""
-    client, _ = _checkpointing_client(tmp_path, "fedavg")
-    laps, path = tmp_path / "c.laps", tmp_path / "c.pt"
-    totals = {r: {"x": torch.full((2**16 + r,), float(r))} for r in range(3)}
-    client.laps.results[("avg", 0)] = LapResult(totals[0], (0, 1, 2))
+def test_a_checkpoint_keeps_the_one_before_and_is_written_over_the_one_before_that(tmp_path):
+    """Two checkpoints on disk, a resumed run's choice; the third goes over the first's
+    pages, and the loop's end leaves the last state alone, no draft beside it."""
+    client, _ = _checkpointing_client(tmp_path, "fedavg", experiment={"rounds": 5})
+    path, previous = tmp_path / "c.pt", tmp_path / "c.previous"
     client.save_checkpoint(0)
-    first, retiring = path.stat().st_ino, (laps / "avg-0.pt").stat().st_ino
-    client.laps.results[("avg", 1)] = LapResult(totals[1], (0, 1, 2))
-    client.laps.forget_before(1)
+    first = path.stat().st_ino
     client.save_checkpoint(1)
-    assert [p.name for p in laps.glob("*.pt")] == ["avg-1.pt"]
-    client.laps.results[("avg", 2)] = LapResult(totals[2], (0, 1))
-    client.laps.forget_before(2)
+    assert previous.stat().st_ino == first and client.checkpoint.saved_rounds() == (0, 1)
     client.save_checkpoint(2)
-    assert (laps / "avg-2.pt").stat().st_ino == retiring  # round 0's file, round 2's total
-    assert path.stat().st_ino == first  # the checkpoint of round 0's file
-    assert (tmp_path / ".c.pt.spare.tmp").exists()  # round 1's, the next one's draft
-    client.laps.results[("avg", 3)] = LapResult(totals[0], (0, 1))
-    client.laps.forget_before(3)
+    assert path.stat().st_ino == first  # round 0's file, round 2's checkpoint
+    assert torch.load(previous, weights_only=False)["round"] == 1
+    assert client.checkpoint.saved_rounds() == (1, 2)
     spool = client.checkpoint.kept.spool
     spool.keep(Payload(1, 3, 1, 3, {"w": torch.ones(8)}))
     spool.discard(spool.names())  # a dropped push's file, kept for the next push
     assert list((tmp_path / "c.inbox").glob(".spare-*.tmp"))
     client.checkpoint.finish(3)  # the loop's end: the last state saved, no draft beside it
-    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["avg-3.pt", "c.pt"]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["c.pt"]
     assert torch.load(path, weights_only=False)["round"] == 3
+    assert client.checkpoint.saved_rounds() == (3,)
 
-    restored, _ = _checkpointing_client(tmp_path, "fedavg")
-    assert restored.load_checkpoint() == 3
-    assert torch.equal(restored.lap_result("avg", 3).total["x"], totals[0]["x"])
+
+def test_a_restore_at_most_a_round_takes_the_checkpoint_before_and_drops_the_newer(tmp_path):
+    client, data = _checkpointing_client(tmp_path, "dfedavg")
+    client.save_checkpoint(0)
+    at_round_0 = {k: t.clone() for k, t in client.algorithm.shared_state().items()}
+    client.algorithm.train_round(data)
+    client.save_checkpoint(1)
+
+    restored, _ = _checkpointing_client(tmp_path, "dfedavg")
+    assert restored.load_checkpoint() == 1
+    assert restored.saved_rounds() == (0, 1)
+    assert restored.checkpoint.load(restore_at_most=1) == 1  # the newest is not past it
+    assert restored.checkpoint.load(restore_at_most=0) == 0
+    assert restored.completed == 0 and restored.saved_rounds() == (0,)
+    for name, tensor in at_round_0.items():
+        assert torch.equal(restored.algorithm.shared_state()[name], tensor), name
+    assert not (tmp_path / "c.previous").exists()  # round 1 is redone, never resumed again
+    restored.save_checkpoint(1)
+    assert restored.saved_rounds() == (0, 1)
+
+
+def test_a_push_the_newest_checkpoint_merged_is_kept_until_the_one_before_is_replaced(
+    tmp_path,
+):
+    """A resumed run may restore the checkpoint before the newest: the pushes it had not
+    merged stay on disk until a checkpoint replaces it too."""
+    client, _ = _checkpointing_client(tmp_path, "dfedavg")
+    push = Payload(1, 0, 1, 0, {"w": torch.ones(8)})
+    client.checkpoint.kept.put(push)
+    spooled = lambda: sorted(p.name for p in (tmp_path / "c.inbox").glob("*.pt"))  # noqa: E731
+    client.save_checkpoint(0)  # before the merge
+    client.inbox.take(push.channel)  # round 1 merges it
+    client.save_checkpoint(1)
+    assert len(spooled()) == 1  # the checkpoint of round 0 has not merged it
+    client.save_checkpoint(2)
+    assert spooled() == []
 
 
 def test_a_kill_between_the_laps_files_and_the_checkpoint_listing_them_costs_nothing(tmp_path):
-    """The writer puts a round's totals on disk, then the checkpoint that lists them; killed
-    in between, the client resumes from the older checkpoint, and the total it finds for the
-    round it redoes is the one it computes again, not the orphan."""
-    client, _ = _checkpointing_client(tmp_path, "fedavg")
+    """The writer puts the last round's totals on disk, then the checkpoint that lists them;
+    killed in between, the client resumes from the older checkpoint, and the total it finds
+    for the round it redoes is the one it computes again, not the orphan."""
+    client, _ = _checkpointing_client(tmp_path, "fedavg", experiment={"rounds": 2})
     total = {r: {"x": torch.full((4,), float(r))} for r in (0, 1)}
     client.laps.results[("avg", 0)] = LapResult(total[0], (0, 1, 2))
     client.save_checkpoint(0)
     client.laps.results[("avg", 1)] = LapResult(total[1], (0, 1, 2))
     client.checkpoint.lap_files.keep(client.laps.kept())  # then the kill
-    restored, _ = _checkpointing_client(tmp_path, "fedavg")
+    restored, _ = _checkpointing_client(tmp_path, "fedavg", experiment={"rounds": 2})
     assert restored.load_checkpoint() == 0
-    assert sorted(restored.laps.kept()) == [("avg", 0)]
+    assert sorted(restored.laps.kept()) == []
     redone = {"x": torch.full((4,), 7.0)}
     restored.laps.results[("avg", 1)] = LapResult(redone, (0, 1))
     restored.save_checkpoint(1)
-    again, _ = _checkpointing_client(tmp_path, "fedavg")
+    again, _ = _checkpointing_client(tmp_path, "fedavg", experiment={"rounds": 2})
     assert again.load_checkpoint() == 1
     assert torch.equal(again.lap_result("avg", 1).total["x"], redone["x"])
 

@@ -56,3 +56,23 @@ def test_a_resumed_run_restarts_the_loops_of_members_away_or_bypassed_as_hung(tm
     resumed.come_back(1, 0)
     resumed.report_round(2, 1, {"loss": 1.0})  # a late report splices it in again
     assert sorted(resumed.table.live) == [0, 1, 2]
+
+
+def test_a_resumed_run_restores_every_live_member_at_the_newest_round_all_of_them_hold(
+    tmp_path,
+):
+    """Client 2 was cut before its checkpoint of round 7 was on disk and holds round 5's
+    alone: the others go back to round 3, and every member drops what a peer sent after the
+    round it restarts from, which that peer sends again."""
+    core, _ = make(tmp_path)
+    core.checkpoint(force=True)
+    fresh = {c: ScriptedClient(c) for c in range(3)}
+    fresh[0].checkpoints, fresh[1].checkpoints, fresh[2].checkpoints = (3, 7), (3, 7), (5,)
+    resumed = CoordinatorCore(core.config, tmp_path, Tracker("unused", "t", "run"), fresh.get)
+    assert resumed.restore(adopt_clients=False)
+    for client_id, handle in fresh.items():
+        assert resumed.adopt(client_id, handle, "node")
+    resumed.resume_run()
+    assert [fresh[c].restored_at_most for c in range(3)] == [[5], [5], [5]]
+    assert all(fresh[c].restarts == {0: 3, 1: 3, 2: 5} for c in range(3))
+    assert [fresh[c].resumed for c in range(3)] == [1, 1, 1]

@@ -149,3 +149,16 @@ def test_forgetting_old_rounds_keeps_each_senders_newest_share_however_old():
     assert [(p.sender, p.round) for p in inbox.take("share")] == [(1, 3), (2, 9)]
     assert inbox.peek(lambda p: p.channel == Channel.LAP) == []  # other channels: forgotten
     assert not inbox.put(msg(1, 3))  # a duplicate of the kept one is still recognised
+
+
+def test_forgetting_after_a_round_drops_only_the_named_senders_later_pushes_and_takes_them_again():
+    """A resumed run restarts sender 1 after round 2: its pushes of rounds 3 and 4 come
+    again and must be taken then; sender 2, who goes on from round 4, keeps its own."""
+    inbox = Inbox()
+    for sender, round_ in [(1, 2), (1, 3), (1, 4), (2, 4)]:
+        inbox.put(Payload(sender, round_, 1, round_, {"x": torch.zeros(1)}))
+    dropped = inbox.forget_after(Channel.SHARE, {1: 2, 2: 4})
+    assert sorted((p.sender, p.round) for p in dropped) == [(1, 3), (1, 4)]
+    assert inbox.newest(Channel.SHARE, 1) == 2 and inbox.newest(Channel.SHARE, 2) == 4
+    assert inbox.put(Payload(1, 3, 1, 3, {"x": torch.ones(1)}))  # sent again: not a duplicate
+    assert [(p.sender, p.round) for p in inbox.take(Channel.SHARE)] == [(1, 3), (2, 4)]

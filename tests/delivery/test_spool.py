@@ -223,14 +223,14 @@ def test_a_push_no_receiver_write_keeps_is_counted_lost_once_the_sender_gives_up
 
 
 def test_what_peers_a_round_behind_ask_for_is_there_after_a_restart(tmp_path):
-    """A restarted client answers a lap's total and a pull of what it published as it
-    would have: peers that resumed a round behind it still ask for both."""
+    """A restarted client answers a pull of what it published as it would have, and, once
+    it finished the run, a lap's total: peers that resumed a round behind it ask for both."""
     path = tmp_path / "client-0.pt"
     before = checkpointing_core(path)
     total = {"x": torch.tensor([7.0], dtype=torch.float64)}
     before.laps.results[("avg", 2)] = LapResult(total, (0, 1, 2))
     before.published.by_round[2] = {"w": torch.arange(3.0)}
-    before.save_checkpoint(2)
+    before.checkpoint.finish(2)
 
     after = checkpointing_core(path)
     assert after.load_checkpoint() == 2

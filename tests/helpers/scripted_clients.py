@@ -20,6 +20,8 @@ class ScriptedClient:
         self.views: list = []
         self.started: list[tuple[int, object]] = []
         self.resumed = 0  # calls to resume (a resumed run's loop from its checkpoint)
+        self.restored_at_most: list[int] = []  # what each call to restore named
+        self.checkpoints: tuple[int, ...] = ()  # the rounds of its checkpoints on disk
         self.handed_to: list[tuple[int, int]] = []  # (joiner, round)
 
     def _answer(self, value) -> Future:
@@ -38,6 +40,9 @@ class ScriptedClient:
     def journal(self) -> Future:
         return self._answer([])
 
+    def saved_rounds(self) -> Future:
+        return self._answer(self.checkpoints)
+
     def set_view(self, view, handles) -> None:
         self.views.append(view)
 
@@ -46,6 +51,11 @@ class ScriptedClient:
 
     def resume(self, struck_through: int = -1) -> None:
         self.resumed += 1
+
+    def restore(self, at_most: int, restarts: dict[int, int]) -> Future:
+        self.restarts = restarts
+        self.restored_at_most.append(at_most)
+        return self._answer(min(at_most, max(self.checkpoints)))
 
     def hand_off(self, joiner: int, handle, round_: int) -> None:
         self.handed_to.append((joiner, round_))
