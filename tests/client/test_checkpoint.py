@@ -326,3 +326,20 @@ def test_drafts_a_kill_left_are_removed_at_the_next_start_and_only_the_clients_o
     _checkpointing_client(tmp_path, "dfedavg")
     assert [p for p in own if p.exists()] == []
     assert neighbour.exists()
+
+
+def test_a_core_restored_before_its_loop_drops_the_pushes_its_peers_redo(tmp_path):
+    """Peer 1 restarts after round 0 and sends its round 1 again; peer 2 goes on from round 1,
+    so its push of round 1 stays. Once the loop runs, a restore changes nothing."""
+    client, data = _checkpointing_client(tmp_path, "dfedavg")
+    client.save_checkpoint(0)
+    client.algorithm.train_round(data)
+    client.save_checkpoint(1)
+    restored, _ = _checkpointing_client(tmp_path, "dfedavg")
+    assert restored.load_checkpoint() == 1
+    for sender in (1, 2):
+        restored.inbox.put(Payload(sender, 1, 1, 1, {"w": torch.ones(2)}))
+    assert restored.restore(0, {1: 0, 2: 1}) == 0
+    assert [(p.sender, p.round) for p in restored.inbox.peek(lambda p: True)] == [(2, 1)]
+    restored.thread = threading.Thread(target=lambda: None)  # its loop has begun
+    assert restored.restore(-1, {2: -1}) == 0 and len(restored.inbox) == 1
