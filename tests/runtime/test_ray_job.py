@@ -64,7 +64,7 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
 ):
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    _, dashboard = cluster_with_dashboard
+    cluster, dashboard = cluster_with_dashboard
     out = tmp_path / "run"
     config = "jobs/configs/ring8-drdfl.yaml"  # full Fashion-MNIST, sync, no faults; in the copy
     overrides = [
@@ -77,6 +77,10 @@ def test_a_job_submitted_with_the_checkout_as_working_dir_runs_on_every_node(
         "eval.global_max_samples=200",
         "eval.local_max_samples=200",
         "algorithm.name=dfedavg",
+        # Its cluster by name: a head started without `ray start` leaves Ray's job supervisor
+        # no address file, and it hands the driver any cluster it finds on this machine
+        # (another test's, beside it, about half the time).
+        f"ray.address={cluster.address}",
         f"tracking.uri={fresh_store(tmp_path / 'mlflow.db')}",
         *UNTRACKED,
     ]
