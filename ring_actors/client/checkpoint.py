@@ -302,7 +302,7 @@ class Checkpointing:
         assert self.lap_files is not None
         self.laps.restore(self.lap_files.load(saved["laps"], self.device))
         torch.set_rng_state(saved["torch_rng"])
-        self.kept.restore(self.device, saved["merged"])  # acknowledged before the crash
+        self.kept.restore(self.device, saved.get("merged", set()))  # acknowledged before the crash
         for entry in entries:
             if entry.kind == "round":
                 self.control.report_round(self.id, entry.round, entry.metrics)
